@@ -1,0 +1,72 @@
+"""outlive: work that outlives its worker.
+
+Five durable records, each with its own checker — an attempt written before dispatch, an
+input-keyed journal, an owner token every store checks, an acceptance naming the input version
+and contract it was judged for, and an effect keyed by operation — behind one API, on an embedded
+SQLite ledger or on Temporal, Restate or LangGraph through adapters.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .backend import Backend, StepCall, open_backend, register_backend
+from .controller import Controller
+from .errors import *  # noqa: F403
+from .errors import __all__ as _errors_all
+from .hashing import content_hash, input_key
+from .ledger import MAX_PAYLOAD_BYTES
+from .receiver import MemoryReceiver, SqliteReceiver
+from .records import (
+    Acceptance,
+    Attempt,
+    AttemptState,
+    Candidate,
+    Contract,
+    Effect,
+    EffectState,
+    InputVersion,
+    JournalEntry,
+    Part,
+    Policy,
+    Receipt,
+    WorkState,
+)
+from .rules import Dependable, LatestAccepted, LatestFinished, PinnedVersion, StrictCurrent
+from .worker import KEEP, Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KEEP",
+    "MAX_PAYLOAD_BYTES",
+    "Acceptance",
+    "Attempt",
+    "AttemptState",
+    "Backend",
+    "Candidate",
+    "Contract",
+    "Controller",
+    "Dependable",
+    "Effect",
+    "EffectState",
+    "InputVersion",
+    "JournalEntry",
+    "LatestAccepted",
+    "LatestFinished",
+    "MemoryReceiver",
+    "Part",
+    "PinnedVersion",
+    "Policy",
+    "Receipt",
+    "SqliteReceiver",
+    "StepCall",
+    "StrictCurrent",
+    "Worker",
+    "WorkState",
+    "content_hash",
+    "errors",
+    "input_key",
+    "open_backend",
+    "register_backend",
+    *_errors_all,
+]

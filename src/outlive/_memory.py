@@ -1,0 +1,34 @@
+"""``memory://``: the ledger in a dict. For tests and the reference outcome of the conformance run."""
+
+from __future__ import annotations
+
+import asyncio
+
+from .backend import Backend
+from .ledger import Command, OpenWork, Outcome, apply
+from .records import WorkState
+
+
+class MemoryBackend(Backend):
+    """Atomic because one lock guards apply-then-store; durable only as long as the process."""
+
+    capabilities = frozenset({"atomic-commands"})
+
+    def __init__(self, url: str = "memory://") -> None:
+        super().__init__(url)
+        self._works: dict[str, WorkState] = {}
+        self._lock = asyncio.Lock()
+
+    async def execute(self, work_id: str, command: Command) -> Outcome:
+        async with self._lock:
+            state = self._works.get(work_id)
+            new, outcome = apply(state, command, work_id=work_id)
+            if new is not state or isinstance(command, OpenWork):
+                self._works[work_id] = new
+            return outcome
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return self._works.get(work_id)
+
+    async def works(self) -> list[str]:
+        return sorted(self._works)

@@ -1,0 +1,110 @@
+"""The controller: admits attempts, suspects silence, judges candidates, answers dependability.
+
+It holds no authority in memory: the epoch, attempts, acceptances and intents live in the ledger,
+so a restarted controller carries on from the backend (and the epoch keeps increasing).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Union
+
+from . import ledger as L
+from .backend import Backend
+from .errors import NotFound
+from .hashing import content_hash
+from .records import (
+    Acceptance,
+    Attempt,
+    AttemptState,
+    Candidate,
+    Contract,
+    InputVersion,
+    Policy,
+    WorkState,
+)
+from .rules import Dependable, Rule, dependable
+
+__all__ = ["Assessor", "Controller", "wall_clock_ms"]
+
+Verdict = tuple[bool, str]
+Assessor = Callable[[Candidate, Union[InputVersion, None]], Union[Verdict, Awaitable[Verdict]]]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Controller:
+    """``missed_beats`` heartbeat intervals of silence make an attempt ``unknown``."""
+
+    def __init__(self, backend: Backend, *, clock: Callable[[], int] = wall_clock_ms,
+                 heartbeat_interval: int = 10_000, missed_beats: int = 2) -> None:
+        self.backend = backend
+        self.clock = clock
+        self.heartbeat_interval = heartbeat_interval
+        self.missed_beats = missed_beats
+
+    async def open_work(self, work_id: str, policy: Policy | None = None) -> None:
+        await self.backend.execute(work_id, L.OpenWork(policy=policy or Policy()))
+
+    async def publish(self, work_id: str, version: str, parts: Mapping[str, Any]) -> InputVersion:
+        """Publish an immutable input version (part name -> content); it becomes current."""
+        hashes = {name: content_hash(value) for name, value in parts.items()}
+        out = await self.backend.execute(
+            work_id, L.PublishInput(version=version, parts=hashes, at=self.clock()))
+        rec: InputVersion = out.record
+        return rec
+
+    async def admit(self, work_id: str, *, pin: str | None = None,
+                    request_id: str | None = None) -> Attempt:
+        """Write the attempt record and publish its epoch; dispatch only after this returns."""
+        out = await self.backend.execute(
+            work_id, L.Admit(at=self.clock(), pin=pin, request_id=request_id))
+        rec: Attempt = out.record
+        return rec
+
+    async def state(self, work_id: str) -> WorkState:
+        st = await self.backend.load(work_id)
+        if st is None:
+            raise NotFound(f"work {work_id!r} is not open", work_id=work_id)
+        return st
+
+    async def observe(self, work_id: str) -> list[Attempt]:
+        """Mark silent attempts ``unknown`` (never failed, never finished); return them."""
+        st = await self.state(work_id)
+        now = self.clock()
+        limit = self.heartbeat_interval * self.missed_beats
+        marked: list[Attempt] = []
+        for att in st.attempts:
+            if att.state in (AttemptState.ADMITTED, AttemptState.RUNNING) and \
+                    now - att.last_heartbeat > limit:
+                out = await self.backend.execute(work_id, L.MarkUnknown(attempt=att.number, at=now))
+                marked.append(out.record)
+        return marked
+
+    async def stop(self, work_id: str, attempt: int) -> Attempt:
+        out = await self.backend.execute(work_id, L.MarkStopped(attempt=attempt, at=self.clock()))
+        rec: Attempt = out.record
+        return rec
+
+    async def assess(self, work_id: str, digest: str, contract: Contract,
+                     assessor: Assessor) -> Acceptance:
+        """Check owner, version and part hashes first, then run the assessor, then record."""
+        st = await self.state(work_id)
+        cand = L.check_acceptable(st, digest)
+        version = st.version(cand.version) if cand.version else None
+        verdict = assessor(cand, version)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        ok, reason = verdict
+        out = await self.backend.execute(
+            work_id, L.Accept(digest=digest, contract=contract, verdict=bool(ok), reason=reason,
+                              at=self.clock()))
+        rec: Acceptance = out.record
+        return rec
+
+    async def dependable(self, work_id: str, rule: Rule) -> Dependable | None:
+        return dependable(await self.state(work_id), rule)

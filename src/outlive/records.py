@@ -1,0 +1,234 @@
+"""The five durable records, as frozen values.
+
+Every record is immutable: a change is a new ledger state, never an edit in place. Acceptances in
+particular are append-only: a later acceptance supersedes an earlier one, none is ever withdrawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "Acceptance",
+    "Attempt",
+    "AttemptState",
+    "Candidate",
+    "Contract",
+    "Effect",
+    "EffectState",
+    "InputVersion",
+    "JournalEntry",
+    "Part",
+    "Policy",
+    "Receipt",
+    "WorkState",
+]
+
+JSON = Any
+
+
+class AttemptState(str, Enum):
+    """``unknown`` is its own state: silence is never ``finished`` and never failed."""
+
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    UNKNOWN = "unknown"
+    FINISHED = "finished"
+    STOPPED = "stopped"
+
+
+class EffectState(str, Enum):
+    INTENDED = "intended"
+    CONFIRMED = "confirmed"
+    AMBIGUOUS = "ambiguous"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Which protections a work runs with.
+
+    Both default on. Turning one off exists to *show* what breaks (the conformance sweep does);
+    production code should never do it.
+    """
+
+    fencing: bool = True
+    pins: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputVersion:
+    """An immutable snapshot of the work's input: part name -> content hash."""
+
+    version: str
+    parts: dict[str, str]
+    seq: int
+    at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One try at the work, written before dispatch; ``token`` is the owner epoch it holds."""
+
+    work_id: str
+    number: int
+    token: int
+    pinned_version: str | None
+    state: AttemptState
+    admitted_at: int
+    last_heartbeat: int
+    heartbeats: int = 0
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JournalEntry:
+    """A finished step, stored under the hash of what it was computed from.
+
+    ``input_key`` is ``None`` only when the work runs without version pins (reuse by name).
+    ``result_id`` is derived from the attempt that computed it: a recomputation is a new result.
+    """
+
+    step: str
+    input_key: str | None
+    sources: dict[str, str]
+    result: JSON
+    result_id: str
+    attempt: int
+    token: int
+    seq: int
+    stale: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    """One journal result a candidate is assembled from."""
+
+    step: str
+    input_key: str | None
+    sources: dict[str, str]
+    result_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """A finished output nobody has judged yet."""
+
+    digest: str
+    work_id: str
+    version: str | None
+    parts: tuple[Part, ...]
+    content: JSON
+    attempt: int
+    token: int
+    seq: int
+    at: int
+    stale: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contract:
+    """The standard a candidate is judged under; ``assessor`` names who judges."""
+
+    name: str
+    version: str
+    assessor: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Acceptance:
+    """A recorded judgement: this digest met this contract, for this input version."""
+
+    digest: str
+    version: str | None
+    contract: Contract
+    seq: int
+    at: int
+    attempt: int
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Receipt:
+    """What the receiver answered: its id for the effect and whether it had seen the key."""
+
+    effect_id: str
+    duplicate: bool
+    key: str | None
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Effect:
+    """An external effect keyed by operation: intent before sending, confirmation after."""
+
+    op_key: str
+    payload_digest: str
+    state: EffectState
+    attempt: int
+    sent_key: str | None
+    intended_at: int
+    confirmed_at: int | None = None
+    receipt: Receipt | None = None
+    sends: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkState:
+    """Everything the ledger knows about one work. Pure data: engines store it as they like."""
+
+    work_id: str
+    policy: Policy = field(default_factory=Policy)
+    epoch: int = 0
+    seq: int = 0
+    current_version: str | None = None
+    inputs: tuple[InputVersion, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
+    journal: tuple[JournalEntry, ...] = ()
+    candidates: tuple[Candidate, ...] = ()
+    acceptances: tuple[Acceptance, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    stale_writes_applied: int = 0
+
+    # -- read helpers (pure) -------------------------------------------------------------------
+    def version(self, name: str) -> InputVersion | None:
+        for v in self.inputs:
+            if v.version == name:
+                return v
+        return None
+
+    def attempt(self, number: int) -> Attempt | None:
+        for a in self.attempts:
+            if a.number == number:
+                return a
+        return None
+
+    @property
+    def current_attempt(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def lookup(self, step: str, key: str | None) -> JournalEntry | None:
+        """The latest entry to restore for ``step`` with ``key`` (by name alone without pins)."""
+        for e in reversed(self.journal):
+            if e.step != step:
+                continue
+            if not self.policy.pins or e.input_key == key:
+                return e
+        return None
+
+    def candidate(self, digest: str) -> Candidate | None:
+        for c in reversed(self.candidates):
+            if c.digest == digest:
+                return c
+        return None
+
+    def effect(self, op_key: str) -> Effect | None:
+        for e in self.effects:
+            if e.op_key == op_key:
+                return e
+        return None
+
+    @property
+    def latest_acceptance(self) -> Acceptance | None:
+        return self.acceptances[-1] if self.acceptances else None
