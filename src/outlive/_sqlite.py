@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from urllib.parse import urlsplit
 
-from . import _codec
+from . import codec as _codec
 from .backend import Backend
 from .errors import BackendUnavailable, ConfigError, InvalidRecord
 from .ledger import Command, Outcome, apply

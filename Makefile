@@ -1,0 +1,46 @@
+# outlive — every setup step lives here, so a fresh clone needs only python3, make and node/npm.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+STAMP := $(VENV)/.installed-stamp
+PKGS := -e ".[dev]" -e conformance -e adapters/temporal -e adapters/restate -e adapters/langgraph
+
+.PHONY: install demo test lint typecheck bench sweep engines clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml conformance/pyproject.toml $(wildcard adapters/*/pyproject.toml)
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q uv==0.13.8
+	$(UV) pip install -q --python $(PY) $(PKGS)
+	touch $@
+
+# Engine fragments (server installs, sweeps, benchmarks) live beside each adapter.
+-include adapters/temporal/engine.mk
+-include adapters/restate/engine.mk
+-include adapters/langgraph/engine.mk
+
+engines: install $(ENGINE_TARGETS)
+
+demo: install
+	$(VENV)/bin/outlive demo
+
+test: engines
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+bench: engines
+	$(PY) -m outlive_conformance.bench
+	$(MAKE) --no-print-directory $(BENCH_TARGETS)
+
+sweep: install
+	$(VENV)/bin/outlive sweep --backend memory://
+
+clean:
+	rm -rf $(VENV) .engines .bench
