@@ -47,8 +47,10 @@ class Controller:
         self.heartbeat_interval = heartbeat_interval
         self.missed_beats = missed_beats
 
-    async def open_work(self, work_id: str, policy: Policy | None = None) -> None:
-        await self.backend.execute(work_id, L.OpenWork(policy=policy or Policy()))
+    async def open_work(self, work_id: str, policy: Policy | None = None, *,
+                        epoch_floor: int = 0) -> None:
+        await self.backend.execute(
+            work_id, L.OpenWork(policy=policy or Policy(), epoch_floor=epoch_floor))
 
     async def publish(self, work_id: str, version: str, parts: Mapping[str, Any]) -> InputVersion:
         """Publish an immutable input version (part name -> content); it becomes current."""
@@ -72,9 +74,9 @@ class Controller:
             raise NotFound(f"work {work_id!r} is not open", work_id=work_id)
         return st
 
-    async def observe(self, work_id: str) -> list[Attempt]:
+    async def observe(self, work_id: str, state: WorkState | None = None) -> list[Attempt]:
         """Mark silent attempts ``unknown`` (never failed, never finished); return them."""
-        st = await self.state(work_id)
+        st = state if state is not None else await self.state(work_id)
         now = self.clock()
         limit = self.heartbeat_interval * self.missed_beats
         marked: list[Attempt] = []
@@ -91,9 +93,9 @@ class Controller:
         return rec
 
     async def assess(self, work_id: str, digest: str, contract: Contract,
-                     assessor: Assessor) -> Acceptance:
+                     assessor: Assessor, state: WorkState | None = None) -> Acceptance:
         """Check owner, version and part hashes first, then run the assessor, then record."""
-        st = await self.state(work_id)
+        st = state if state is not None else await self.state(work_id)
         cand = L.check_acceptable(st, digest)
         version = st.version(cand.version) if cand.version else None
         verdict = assessor(cand, version)

@@ -67,6 +67,8 @@ class OpenWork:
     """Create the work's ledger (idempotent with the same policy)."""
 
     policy: Policy = field(default_factory=Policy)
+    #: The first token issued is ``epoch_floor + 1``: continue an epoch kept elsewhere.
+    epoch_floor: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,7 +310,9 @@ def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None) 
         if state is None:
             if not work_id:
                 raise E.InvalidRecord("open_work needs a work id", field="work_id")
-            new = WorkState(work_id=work_id, policy=cmd.policy)
+            if cmd.epoch_floor < 0:
+                raise E.InvalidRecord("epoch_floor cannot be negative", field="epoch_floor")
+            new = WorkState(work_id=work_id, policy=cmd.policy, epoch=cmd.epoch_floor)
             return new, Outcome(kind="opened", record=new.policy)
         if state.policy != cmd.policy:
             raise E.WorkExists(f"{state.work_id} is open with {state.policy}", work_id=state.work_id)
@@ -366,7 +370,17 @@ def _admit(state: WorkState, cmd: Admit) -> tuple[WorkState, Outcome]:
 
 
 def _heartbeat(state: WorkState, cmd: Heartbeat) -> tuple[WorkState, Outcome]:
-    att, _stale = _fence(state, cmd.attempt, cmd.token)
+    """A liveness signal, not a protected write: a replaced owner's beat is dropped, not refused.
+
+    Correctness never depends on a worker learning early that it was replaced; the fenced
+    writes stop it. The outcome ``superseded`` lets a worker that reads replies stop sooner.
+    """
+    att = state.attempt(cmd.attempt)
+    if att is None or att.token != cmd.token or cmd.token > state.epoch or cmd.token <= 0:
+        _fence(state, cmd.attempt, cmd.token)  # raises UnknownToken
+        raise AssertionError("unreachable")
+    if cmd.token < state.epoch:
+        return state, Outcome(kind="superseded", record=att, seq=state.seq)
     if att.state not in _LIVE:
         return state, Outcome(kind="ignored", record=att, seq=state.seq)
     att = replace(att, state=AttemptState.RUNNING, last_heartbeat=max(att.last_heartbeat, cmd.at),

@@ -142,8 +142,16 @@ class Worker:
     def result(self, name: str) -> Any:
         return self._results[name]
 
-    async def heartbeat(self) -> None:
-        await self._call(L.Heartbeat(attempt=self.attempt.number, token=self.token, at=self.clock()))
+    async def heartbeat(self) -> bool:
+        """Send a sign of life; False means this attempt was replaced (stop soon)."""
+        out = await self._call(
+            L.Heartbeat(attempt=self.attempt.number, token=self.token, at=self.clock()))
+        return out.kind != "superseded"
+
+    def can_restore(self, name: str, /, **inputs: Any) -> bool:
+        """Whether ``step(name, ..., **inputs)`` would be restored from the journal."""
+        sources = {k: content_hash(v) for k, v in inputs.items()}
+        return self._st().lookup(name, input_key(name, sources)) is not None
 
     async def candidate(self, content: Any, steps: Sequence[str] | None = None) -> Candidate:
         """Submit the finished output built from ``steps`` (default: every step, in order)."""

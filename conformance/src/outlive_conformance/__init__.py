@@ -1,0 +1,1 @@
+"""The outlive conformance suite: the q3-report scenario, harness, invariants and pytest plugin."""

@@ -1,0 +1,605 @@
+"""Drive any backend through a scenario on a logical clock, and judge the run.
+
+The harness plays every party of the article's run — controller, workers, the feed that receives
+the announcement and the newsletter that depends on the digest — through outlive's public API
+(:class:`~outlive.Controller`, :class:`~outlive.Worker`) on whatever backend it is given. Model
+calls go through ``backend.run_step``, so an engine runs them as its own durable steps; a paused
+worker's call is genuinely held (an awaited event) and later released, a crashed one raises and
+never resumes.
+
+Timing model (docs/conformance.md): one action per worker per tick (a model call, assembling a
+candidate, sending an effect); restoring from the journal is free and happens on the admission
+tick, which is otherwise the new attempt's start-up; live workers beat every tick and the
+controller marks an attempt ``unknown`` once more than ``missed_beats`` ticks passed since its
+last sign of life. Within a tick: input changes, then a paused worker wakes, then the dependant
+looks, then the controller judges candidates submitted earlier, suspects and admits, then the
+workers act in attempt order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import outlive
+from outlive import (
+    KEEP,
+    Backend,
+    Contract,
+    Controller,
+    MemoryReceiver,
+    Policy,
+    Receipt,
+    Worker,
+    content_hash,
+)
+from outlive.errors import ContractFailed, FencingError, StaleOwner, VersionMismatch
+from outlive.hashing import short
+from outlive.records import AttemptState, Candidate, EffectState, InputVersion, WorkState
+from outlive.rules import LatestAccepted, LatestFinished, Rule, StrictCurrent, dependable
+
+from .scenario import Scenario, Switches
+
+__all__ = ["AcceptedDigest", "RunSummary", "TraceEvent", "run_scenario"]
+
+
+class WorkerCrashed(Exception):
+    """Raised inside a crashed worker's model call: its process is gone and never comes back."""
+
+
+class PosterDied(Exception):
+    """The posting worker died after the feed applied the post, before it could record that."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceEvent:
+    tick: int
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptedDigest:
+    digest: str
+    claimed_version: str | None
+    recorded_version: str | None
+    tick: int
+    attempt: int
+    figure: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """Everything a run produced that must be equal on every backend."""
+
+    scenario: str
+    switches: dict[str, str]
+    model_calls: int
+    posts: int
+    stale_writes_applied: int
+    accepted: tuple[AcceptedDigest, ...]
+    refused: tuple[tuple[int, int, str], ...]
+    late_writes_rejected: tuple[tuple[int, int, str], ...]
+    admissions: tuple[tuple[int, int, int, str | None], ...]
+    restored: dict[str, tuple[str, ...]]
+    redone: dict[str, tuple[str, ...]]
+    first_acceptance_tick: int | None
+    final_acceptance_tick: int | None
+    announcement_confirmed_at: int | None
+    newsletter_start: int | None
+    newsletter_figure: str | None
+    newsletter_digest: str | None
+    required_figure: str | None
+    invariants: dict[str, bool]
+    ended_at: int
+    finished: bool
+    trace: tuple[TraceEvent, ...] = field(default=())
+
+    @property
+    def clean(self) -> bool:
+        return self.finished and all(self.invariants.values())
+
+    @property
+    def broken(self) -> tuple[str, ...]:
+        out = tuple(k for k, ok in self.invariants.items() if not ok)
+        return out if self.finished else (*out, "finished")
+
+    def comparable(self) -> dict[str, Any]:
+        """The whole summary as plain data: two backends agree iff these are equal."""
+        return asdict(self)
+
+
+def _first_sentence(text: str) -> str:
+    m = re.match(r"(.+?[.!?])(\s|$)", text)
+    return m.group(1) if m else text
+
+
+@dataclass
+class _Actor:
+    worker: Worker
+    number: int
+    token: int
+    version: str | None
+    phase: str = "starting"   # starting work held awaiting done stopped crashed dead
+    task: asyncio.Task[Any] | None = None
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    held_once: bool = False
+    candidate: Candidate | None = None
+    accepted: str | None = None
+    inherited: str | None = None       # accepted for my version before I was admitted
+    to_settle: list[str] = field(default_factory=list)   # open intents found at admission
+    acted: int = -1
+    restored: list[str] = field(default_factory=list)
+    redone: list[str] = field(default_factory=list)
+
+
+class _Run:
+    def __init__(self, backend: Backend, sc: Scenario, sw: Switches, work_id: str,
+                 trace: bool) -> None:
+        self.b = backend
+        self.sc = sc
+        self.sw = sw
+        self.work = work_id
+        self.tick = 0
+        self.record_trace = trace
+        self.trace: list[TraceEvent] = []
+        self.ctl = Controller(backend, clock=lambda: self.tick,
+                              heartbeat_interval=sc.heartbeat_every, missed_beats=sc.missed_beats)
+        self.feed = MemoryReceiver(clock=lambda: self.tick)
+        self.actors: list[_Actor] = []
+        self.calls = 0
+        self.truth: dict[str, str] = {}           # result id -> hash of the text really read
+        self.pins: dict[int, str | None] = {}      # attempt -> version it was pinned to
+        self.op_payload: dict[str, Any] = {}
+        self.op_applied: dict[str, int] = {}
+        self.posted_once = False
+        self.pending_cands: list[tuple[str, _Actor]] = []
+        self.accepted: list[AcceptedDigest] = []
+        self.refused: list[tuple[int, int, str]] = []
+        self.late_rejected: list[tuple[int, int, str]] = []
+        self.admissions: list[tuple[int, int, int, str | None]] = []
+        self.news_start: int | None = None
+        self.news_figure: str | None = None
+        self.news_digest: str | None = None
+        self.news_required: str | None = None
+        self.confirmed_at: int | None = None
+        self.contract = Contract(**sc.contract)
+        self.change_at = sc.change_at.get(sw.change) if sw.change != "never" else None
+        self.rule: Rule = {
+            "strict": StrictCurrent(fail_open=sc.consumer.fail_open),
+            "accepted": LatestAccepted(),
+            "finished": LatestFinished(),
+        }[sw.rule]
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def log(self, kind: str, text: str) -> None:
+        if self.record_trace:
+            self.trace.append(TraceEvent(tick=self.tick, kind=kind, text=text))
+
+    def vhash(self, version: str | None) -> str:
+        if version is None:
+            return "-"
+        return short(content_hash(self.sc.versions[version]))
+
+    def op_key(self, digest: str) -> str:
+        return self.sc.announce.format(work_id=self.sc.work_id, digest=short(digest))
+
+    def figure_of(self, content: Any) -> str | None:
+        try:
+            text = content["sections"][self.sc.consumer.quotes]
+        except (KeyError, TypeError):
+            return None
+        m = re.search(self.sc.consumer.pattern, str(text))
+        return m.group(1) if m else None
+
+    async def state(self) -> WorkState:
+        st = await self.b.load(self.work)
+        assert st is not None
+        return st
+
+    def complete(self, st: WorkState) -> bool:
+        acc = st.latest_acceptance
+        if acc is None:
+            return False
+        if st.policy.pins and acc.version != st.current_version:
+            return False
+        eff = st.effect(self.op_key(acc.digest))
+        return eff is not None and eff.state is EffectState.CONFIRMED
+
+    def assessor(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
+        """Completeness and form only; it does not re-derive figures (as the article says)."""
+        secs = cand.content.get("sections") if isinstance(cand.content, dict) else None
+        if not isinstance(secs, dict) or sorted(secs) != sorted(self.sc.steps):
+            return False, "digest does not cover every section"
+        for name, text in secs.items():
+            if not isinstance(text, str) or not text or len(text) > self.sc.max_summary_chars:
+                return False, f"summary of {name} is empty or too long"
+        return True, "complete, well-formed"
+
+    # -- the model call ----------------------------------------------------------------------------
+    def body(self, actor: _Actor, step: str) -> Any:
+        async def summarise(**inputs: str) -> dict[str, str]:
+            (text,) = inputs.values()
+            self.calls += 1
+            if (actor.number == self.first_token_number() and step == self.sc.silent_step
+                    and not actor.held_once):
+                actor.held_once = True
+                if self.sw.silent == "crashed":
+                    raise WorkerCrashed(f"attempt #{actor.number} crashed during {step}")
+                actor.entered.set()
+                await actor.release.wait()
+            return {"summary": _first_sentence(text)}
+
+        return summarise
+
+    def first_token_number(self) -> int:
+        return self.sc.silent_attempt
+
+    # -- phases --------------------------------------------------------------------------------
+    async def wake(self) -> None:
+        for a in self.actors:
+            if a.phase != "held" or self.sw.silent != "paused" or self.tick != self.sc.wake_at:
+                continue
+            a.release.set()
+            a.acted = self.tick
+            assert a.task is not None
+            step = self.sc.silent_step
+            try:
+                await a.task
+            except FencingError as exc:
+                a.phase = "stopped"
+                self.late_rejected.append((self.tick, a.number, type(exc).__name__))
+                st = await self.state()
+                self.log("attempt", f"#{a.number} wakes and tries to record {step}; the journal "
+                         f"rejects it: token {a.token} is older than {st.epoch}. #{a.number} stops "
+                         f"— alive, without write authority")
+                continue
+            a.phase = "work"
+            rid = a.worker.steps[step].result_id
+            if self.sw.progress == "step":
+                self.log("fencing", f"#{a.number} wakes and records {step} -> {short(rid)} with "
+                         f"stale token {a.token}: applied (fencing off)")
+            else:
+                self.log("attempt", f"#{a.number} wakes and finishes {step} -> {short(rid)} "
+                         "(kept in memory until the end of its attempt)")
+            self.truth[rid] = content_hash(self.sc.versions[a.version or self.sc.first_version][step]) \
+                if a.version else self.truth.get(rid, "")
+
+    async def consumer(self, st: WorkState) -> None:
+        c = self.sc.consumer
+        if self.news_start is not None or self.tick < c.ready_at:
+            return
+        d = dependable(st, self.rule)
+        if d is None:
+            if self.tick == c.ready_at:
+                self.log("dependant", f"{c.name} is ready; no digest is dependable under the "
+                         f"{self.sw.rule} rule for report {st.current_version}: it waits")
+            return
+        self.news_start = self.tick
+        self.news_digest = short(d.digest)
+        self.news_figure = self.figure_of(d.content)
+        assert st.current_version is not None
+        self.news_required = self.sc.figure(st.current_version)
+        self.log("dependant", f"{c.name} admitted on {short(d.digest)}; it quotes "
+                 f"{self.news_figure} million (report {st.current_version} says "
+                 f"{self.news_required} million)")
+
+    async def controller(self) -> None:
+        pending, self.pending_cands = self.pending_cands, []
+        for digest, actor in pending:
+            try:
+                acc = await self.ctl.assess(self.work, digest, self.contract, self.assessor)
+            except (VersionMismatch, StaleOwner, ContractFailed) as exc:
+                self.refused.append((self.tick, actor.number, type(exc).__name__))
+                self.log("artifact", f"controller refuses {short(digest)} from #{actor.number}: "
+                         f"{exc.message}")
+                if actor.phase == "awaiting":
+                    actor.phase = "stopped"
+                st = await self.state()
+                if st.current_attempt and st.current_attempt.number == actor.number:
+                    await self.ctl.stop(self.work, actor.number)
+                continue
+            actor.accepted = digest
+            st = await self.state()
+            cand = st.candidate(digest)
+            assert cand is not None
+            self.accepted.append(AcceptedDigest(
+                digest=short(digest), claimed_version=self.pins.get(cand.attempt),
+                recorded_version=acc.version, tick=self.tick, attempt=cand.attempt,
+                figure=self.figure_of(cand.content)))
+            ver = f"for {acc.version}" if acc.version else "with no version recorded"
+            self.log("artifact", f"controller accepts {short(digest)} {ver} under "
+                     f"{self.contract.name}@{self.contract.version}")
+        st = await self.state()
+        for att in await self.ctl.observe(self.work, st):
+            self.log("attempt", f"#{att.number} has missed {self.sc.missed_beats} heartbeats: "
+                     "unknown — not failed and not finished")
+        st = await self.state()
+        cur = st.current_attempt
+        need = (cur is None or cur.state is AttemptState.UNKNOWN
+                or (cur.state in (AttemptState.FINISHED, AttemptState.STOPPED)
+                    and not self.complete(st)))
+        if need:
+            await self.admit(st)
+
+    async def admit(self, st: WorkState) -> None:
+        att = await self.ctl.admit(self.work)
+        snapshot = self.sc.versions[att.pinned_version or self.sc.first_version]
+        w = Worker(self.b, att, snapshot,
+                   persist="step" if self.sw.progress == "step" else "end",
+                   clock=lambda: self.tick)
+        await w.start()
+        actor = _Actor(worker=w, number=att.number, token=att.token, version=att.pinned_version)
+        self.actors.append(actor)
+        self.pins[att.number] = att.pinned_version
+        self.admissions.append((self.tick, att.number, att.token, att.pinned_version))
+        self.log("attempt", f"controller admits #{att.number} with owner token {att.token}, "
+                 f"pinned to report {att.pinned_version} {self.vhash(att.pinned_version)} — "
+                 "written down before any work is dispatched")
+        actor.to_settle = [e.op_key for e in w.open_effects()]
+        for acc in reversed(st.acceptances):
+            if not st.policy.pins or acc.version == actor.version:
+                actor.inherited = acc.digest
+                self.op_payload.setdefault(self.op_key(acc.digest), {
+                    "announce": self.sc.title, "digest": short(acc.digest)})
+                break
+        for step in self.sc.steps:
+            if w.can_restore(step, **{step: snapshot[step]}):
+                await w.step(step, self.body(actor, step), **{step: snapshot[step]})
+                actor.restored.append(step)
+        if actor.restored:
+            rest = [s for s in self.sc.steps if s not in actor.restored]
+            self.log("journal", f"#{att.number} restores {', '.join(actor.restored)} from the "
+                     f"journal" + (f"; must redo {', '.join(rest)}" if rest else ""))
+
+    def send_key(self, actor: _Actor, op_key: str) -> Any:
+        if self.sw.key == "operation":
+            return KEEP
+        if self.sw.key == "attempt":
+            return f"{op_key}#attempt-{actor.number}"
+        return None
+
+    async def post(self, actor: _Actor, op_key: str) -> bool:
+        """Send (or resend) the announcement; False if the poster died."""
+        payload = self.op_payload[op_key]
+        dies = self.sw.dies == "yes" and not self.posted_once
+        self.posted_once = True
+
+        def send(key: str | None, body: Any) -> Receipt:
+            def apply(p: Any) -> str:
+                self.op_applied[op_key] = self.op_applied.get(op_key, 0) + 1
+                return f"P{len(self.feed.applied) + 1}"
+
+            receipt = self.feed.receive(key, body, apply)
+            if dies:
+                raise PosterDied(f"#{actor.number} died after the feed applied {receipt.effect_id}")
+            return receipt
+
+        try:
+            receipt = await actor.worker.effect(op_key, payload, send,
+                                                send_key=self.send_key(actor, op_key))
+        except PosterDied:
+            actor.phase = "dead"
+            self.log("effect", f"#{actor.number} records its intent to post; the feed applies "
+                     f"post P{len(self.feed.applied)}; #{actor.number} dies before recording it")
+            return False
+        if receipt.duplicate:
+            self.log("effect", f"#{actor.number} resends with the same operation key; the feed "
+                     f"answers \"already seen\" and returns {receipt.effect_id}; nothing new is "
+                     f"posted; {receipt.effect_id} is recorded as confirmed")
+        else:
+            self.log("effect", f"#{actor.number} posts the announcement ({op_key}); the feed "
+                     f"applies {receipt.effect_id}; confirmed")
+        self.confirmed_at = self.tick
+        return True
+
+    async def act(self, actor: _Actor, st: WorkState) -> None:
+        """One action for one worker in this tick."""
+        if actor.acted == self.tick:
+            return
+        if actor.phase == "starting":
+            actor.phase = "work"
+            return
+        if actor.phase not in ("work", "awaiting"):
+            return
+        w = actor.worker
+        wrote = False
+        try:
+            mine = self.latest_for(actor, st)
+            if actor.to_settle:
+                if not await self.post(actor, actor.to_settle.pop(0)):
+                    return
+                wrote = True
+            elif mine is not None and not self.announced(st, mine):
+                if not await self.post(actor, self.op_key(mine)):
+                    return
+                wrote = True
+            elif mine is not None:
+                pass
+            elif actor.phase == "work":
+                snapshot = self.sc.versions[actor.version or self.sc.first_version]
+                todo = [s for s in self.sc.steps if s not in w.steps]
+                if todo:
+                    step = todo[0]
+                    wrote = await self.compute(actor, step, snapshot[step])
+                    if actor.phase != "work":
+                        return
+                elif actor.candidate is None:
+                    sections = {s: w.result(s)["summary"] for s in self.sc.steps}
+                    cand = await w.candidate({"title": self.sc.title, "sections": sections},
+                                             self.sc.steps)
+                    wrote = True
+                    actor.candidate = cand
+                    actor.phase = "awaiting"
+                    self.pending_cands.append((cand.digest, actor))
+                    self.op_payload[self.op_key(cand.digest)] = {
+                        "announce": self.sc.title, "digest": short(cand.digest)}
+                    stale = " with a stale token (fencing off): applied" if cand.stale else ""
+                    self.log("artifact", f"#{actor.number} assembles candidate digest "
+                             f"{short(cand.digest)} (for {cand.version or 'no recorded version'}, "
+                             f"quoting {self.figure_of(cand.content)} million){stale}. "
+                             "Finished; not yet accepted")
+            st2 = await self.state()
+            if self.latest_for(actor, st2) is not None and self.complete_for(actor, st2):
+                await w.finish()
+                actor.phase = "done"
+                return
+            if not wrote:
+                await w.heartbeat()
+        except FencingError as exc:
+            actor.phase = "stopped"
+            self.late_rejected.append((self.tick, actor.number, type(exc).__name__))
+            self.log("fencing", f"#{actor.number}'s write is rejected: {exc.message}; it stops")
+
+    def latest_for(self, actor: _Actor, st: WorkState) -> str | None:
+        """The accepted digest this attempt is responsible for announcing, if any."""
+        return actor.accepted if actor.accepted is not None else actor.inherited
+
+    def announced(self, st: WorkState, digest: str) -> bool:
+        eff = st.effect(self.op_key(digest))
+        return eff is not None and eff.state is EffectState.CONFIRMED
+
+    def complete_for(self, actor: _Actor, st: WorkState) -> bool:
+        digest = self.latest_for(actor, st)
+        return digest is not None and self.announced(st, digest) and not actor.to_settle
+
+    async def compute(self, actor: _Actor, step: str, text: str) -> bool:
+        """Run one model call; True if it wrote to the ledger."""
+        w = actor.worker
+        coro = w.step(step, self.body(actor, step), **{step: text})
+        if actor.number == self.sc.silent_attempt and step == self.sc.silent_step \
+                and not actor.held_once:
+            actor.task = asyncio.ensure_future(coro)
+            entered = asyncio.ensure_future(actor.entered.wait())
+            await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)
+            if actor.task.done():
+                entered.cancel()
+                exc = actor.task.exception()
+                actor.phase = "crashed"
+                self.log("attempt", f"#{actor.number} starts {step} (the model call is made), "
+                         f"then crashes: nothing is recorded ({type(exc).__name__})")
+                return False
+            actor.phase = "held"
+            self.log("attempt", f"#{actor.number} starts {step} (the model call is made), then "
+                     "goes silent. Nothing is recorded")
+            return False
+        await coro
+        rec = w.steps[step]
+        self.truth[rec.result_id] = content_hash(text)
+        actor.redone.append(step)
+        how = "recorded" if self.sw.progress == "step" else "kept until the end of the attempt"
+        st = await self.state() if self.sw.fencing == "off" else None
+        stale = st is not None and actor.token < st.epoch
+        self.log("journal" if not stale else "fencing",
+                 f"#{actor.number} summarises {step} from {actor.version} -> "
+                 f"{short(rec.result_id)}, {how}" + (" with a stale token (fencing off)"
+                                                      if stale and self.sw.progress == "step"
+                                                      else ""))
+        return self.sw.progress == "step"
+
+    # -- the run ----------------------------------------------------------------------------------
+    async def run(self) -> RunSummary:
+        sc, sw = self.sc, self.sw
+        policy = Policy(fencing=sw.fencing == "on", pins=sw.pins == "on")
+        await self.ctl.open_work(self.work, policy, epoch_floor=sc.epoch_floor)
+        await self.ctl.publish(self.work, sc.first_version, sc.versions[sc.first_version])
+        finished = False
+        try:
+            for tick in range(sc.max_ticks + 1):
+                self.tick = tick
+                if self.change_at == tick:
+                    await self.ctl.publish(self.work, sc.new_version, sc.versions[sc.new_version])
+                    self.log("input", f"report {sc.new_version} {self.vhash(sc.new_version)} "
+                             "arrives: section 2 corrected from "
+                             f"{sc.figure(sc.first_version)} to {sc.figure(sc.new_version)} million")
+                await self.wake()
+                await self.consumer(await self.state())
+                await self.controller()
+                for actor in list(self.actors):
+                    await self.act(actor, await self.state())
+                if await self.done():
+                    finished = True
+                    break
+        finally:
+            for a in self.actors:
+                if a.task is not None and not a.task.done():
+                    a.release.set()
+                    a.task.cancel()
+                    try:
+                        await a.task
+                    except BaseException:  # noqa: BLE001 - a held worker that never woke
+                        pass
+        return await self.summary(finished)
+
+    async def done(self) -> bool:
+        st = await self.state()
+        live = any(a.phase in ("starting", "work", "awaiting") for a in self.actors)
+        held = any(a.phase == "held" for a in self.actors) and self.sw.silent == "paused" \
+            and self.tick < self.sc.wake_at
+        future = (self.change_at is not None and self.change_at > self.tick) or held or \
+            self.tick < self.sc.consumer.ready_at
+        return (self.complete(st) and not live and not future and self.news_start is not None
+                and not self.pending_cands)
+
+    async def summary(self, finished: bool) -> RunSummary:
+        st = await self.state()
+        sc = self.sc
+        final = st.current_version
+        assert final is not None
+        parts_ok = True
+        per_version: dict[str | None, set[str]] = {}
+        for acc in st.acceptances:
+            cand = st.candidate(acc.digest)
+            assert cand is not None
+            claimed = self.pins.get(cand.attempt)
+            per_version.setdefault(claimed, set()).add(acc.digest)
+            for p in cand.parts:
+                if claimed is None or self.truth.get(p.result_id) != \
+                        content_hash(sc.versions[claimed][p.step]):
+                    parts_ok = False
+        latest = st.latest_acceptance
+        ends_ok = False
+        if latest is not None:
+            cand = st.candidate(latest.digest)
+            named = latest.version == final or (latest.version is None and len(st.inputs) == 1)
+            ends_ok = named and cand is not None and self.pins.get(cand.attempt) == final and \
+                self.announced(st, latest.digest)
+        invariants = {
+            "no_stale_write": st.stale_writes_applied == 0,
+            "parts_match_version": parts_ok,
+            "one_digest_per_version": all(len(d) <= 1 for d in per_version.values()),
+            "one_effect_per_operation": all(n <= 1 for n in self.op_applied.values()),
+            "consumer_on_required_version": self.news_start is not None
+            and self.news_figure == self.news_required,
+            "ends_accepted_and_announced": ends_ok,
+        }
+        return RunSummary(
+            scenario=sc.name, switches=self.sw.as_dict(), model_calls=self.calls,
+            posts=len(self.feed.applied), stale_writes_applied=st.stale_writes_applied,
+            accepted=tuple(self.accepted), refused=tuple(self.refused),
+            late_writes_rejected=tuple(self.late_rejected), admissions=tuple(self.admissions),
+            restored={str(a.number): tuple(a.restored) for a in self.actors},
+            redone={str(a.number): tuple(a.redone) for a in self.actors},
+            first_acceptance_tick=self.accepted[0].tick if self.accepted else None,
+            final_acceptance_tick=self.accepted[-1].tick if self.accepted else None,
+            announcement_confirmed_at=self.confirmed_at, newsletter_start=self.news_start,
+            newsletter_figure=self.news_figure, newsletter_digest=self.news_digest,
+            required_figure=self.news_required, invariants=invariants, ended_at=self.tick,
+            finished=finished, trace=tuple(self.trace),
+        )
+
+
+async def run_scenario(backend: Backend, scenario: Scenario, switches: Switches | None = None, *,
+                       work_id: str | None = None, trace: bool = True) -> RunSummary:
+    """Run ``scenario`` under ``switches`` (default: the file's main run) on ``backend``.
+
+    ``work_id`` defaults to the scenario's; give distinct ids to share one backend across runs.
+    """
+    sw = switches or scenario.defaults
+    return await _Run(backend, scenario, sw, work_id or scenario.work_id, trace).run()
+
+
+_ = outlive  # re-exported names above come from the public package

@@ -1,0 +1,277 @@
+"""The scenario file format, its validation, and the eight switches.
+
+A scenario is TOML (see ``scenarios/q3-report.toml`` and docs/conformance.md). Every problem is a
+:class:`~outlive.errors.ScenarioError` that names the file, the field and what is wrong, and no
+half-read scenario is ever returned.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from outlive.errors import ScenarioError
+
+__all__ = [
+    "SWITCHES",
+    "Consumer",
+    "Scenario",
+    "Switches",
+    "all_switches",
+    "load_scenario",
+    "q3_report",
+]
+
+#: Switch name -> allowed values; the first value listed is not special, the file sets defaults.
+SWITCHES: dict[str, tuple[str, ...]] = {
+    "silent": ("paused", "crashed"),
+    "fencing": ("on", "off"),
+    "progress": ("step", "end"),
+    "change": ("never", "during", "after"),
+    "pins": ("on", "off"),
+    "rule": ("strict", "accepted", "finished"),
+    "dies": ("yes", "no"),
+    "key": ("operation", "attempt", "none"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Switches:
+    """The eight switches of the article's interactive: 2*2*2*3*2*3*2*3 = 864 combinations."""
+
+    silent: str = "paused"
+    fencing: str = "on"
+    progress: str = "step"
+    change: str = "during"
+    pins: str = "on"
+    rule: str = "strict"
+    dies: str = "yes"
+    key: str = "operation"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value not in SWITCHES[f.name]:
+                raise ScenarioError(
+                    f"switch {f.name}={value!r}: expected one of {', '.join(SWITCHES[f.name])}",
+                    field=f.name, value=value,
+                )
+
+    def set(self, **changes: str) -> Switches:
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.as_dict().items())
+
+    @property
+    def protected(self) -> bool:
+        """Fencing, pins, the operation key and the strict rule all on."""
+        return (self.fencing == "on" and self.pins == "on" and self.key == "operation"
+                and self.rule == "strict")
+
+
+def all_switches() -> Iterator[Switches]:
+    names = list(SWITCHES)
+    for combo in itertools.product(*(SWITCHES[n] for n in names)):
+        yield Switches(**dict(zip(names, combo, strict=True)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Consumer:
+    name: str
+    ready_at: int
+    quotes: str
+    pattern: str
+    needs: str
+    fail_open: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str
+    work_id: str
+    description: str
+    epoch_floor: int
+    versions: dict[str, dict[str, str]]
+    steps: tuple[str, ...]
+    first_version: str
+    title: str
+    announce: str
+    max_summary_chars: int
+    contract: dict[str, str]
+    heartbeat_every: int
+    missed_beats: int
+    max_ticks: int
+    silent_attempt: int
+    silent_step: str
+    wake_at: int
+    new_version: str
+    change_at: dict[str, int]
+    poster_dies: str
+    consumer: Consumer
+    defaults: Switches
+    source: str
+
+    def figure(self, version: str) -> str | None:
+        m = re.search(self.consumer.pattern, self.versions[version][self.consumer.quotes])
+        return m.group(1) if m else None
+
+
+class _Reader:
+    def __init__(self, source: str, data: Mapping[str, Any]) -> None:
+        self.source = source
+        self.data = data
+
+    def fail(self, field: str, problem: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: field {field!r}: {problem}", file=self.source,
+                             field=field)
+
+    def table(self, path: str, *, required: bool = True) -> Mapping[str, Any]:
+        node: Any = self.data
+        for part in path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                if not required:
+                    return {}
+                raise self.fail(path, "is missing")
+            node = node[part]
+        if not isinstance(node, Mapping):
+            raise self.fail(path, f"must be a table, not {type(node).__name__}")
+        return node
+
+    def get(self, path: str, kind: type, *, default: Any = ...) -> Any:
+        table_path, _, key = path.rpartition(".")
+        table = self.table(table_path) if table_path else self.data
+        if key not in table:
+            if default is not ...:
+                return default
+            raise self.fail(path, "is missing")
+        value = table[key]
+        if kind is int and isinstance(value, bool):
+            raise self.fail(path, "must be an integer, not a boolean")
+        if not isinstance(value, kind):
+            raise self.fail(path, f"must be {kind.__name__}, not {type(value).__name__}")
+        return value
+
+
+def parse_scenario(text: str, source: str = "<string>") -> Scenario:
+    """Parse and validate scenario TOML text."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{source}: not valid TOML: {exc}", file=source) from exc
+    r = _Reader(source, data)
+    fmt = r.get("format", int)
+    if fmt != 1:
+        raise r.fail("format", f"unsupported format {fmt}; this outlive reads format 1")
+    versions_raw = r.table("versions")
+    if len(versions_raw) < 1:
+        raise r.fail("versions", "needs at least one version")
+    versions: dict[str, dict[str, str]] = {}
+    for vname in versions_raw:
+        parts = r.table(f"versions.{vname}")
+        if not parts:
+            raise r.fail(f"versions.{vname}", "has no parts")
+        versions[vname] = {p: r.get(f"versions.{vname}.{p}", str) for p in parts}
+    steps = r.get("work.steps", list)
+    if not steps or not all(isinstance(s, str) and s for s in steps):
+        raise r.fail("work.steps", "must be a non-empty list of part names")
+    if len(set(steps)) != len(steps):
+        raise r.fail("work.steps", "names a part twice")
+    for vname, parts in versions.items():
+        missing = [s for s in steps if s not in parts]
+        if missing:
+            raise r.fail(f"versions.{vname}", f"lacks parts {missing} named in work.steps")
+    first = r.get("work.first_version", str)
+    if first not in versions:
+        raise r.fail("work.first_version", f"{first!r} is not a version")
+    announce = r.get("work.announce", str)
+    if "{digest}" not in announce:
+        raise r.fail("work.announce", "must contain {digest}: the key names the operation")
+    contract = {k: r.get(f"work.contract.{k}", str) for k in ("name", "version", "assessor")}
+    new_version = r.get("timeline.new_version", str)
+    if new_version not in versions:
+        raise r.fail("timeline.new_version", f"{new_version!r} is not a version")
+    change_raw = r.table("timeline.change_at")
+    change_at: dict[str, int] = {}
+    for k in ("during", "after"):
+        v = r.get(f"timeline.change_at.{k}", int)
+        if v < 0:
+            raise r.fail(f"timeline.change_at.{k}", "must be >= 0")
+        change_at[k] = v
+    extra = set(change_raw) - {"during", "after"}
+    if extra:
+        raise r.fail("timeline.change_at", f"unknown keys {sorted(extra)}")
+    silent_step = r.get("timeline.silent_step", str)
+    if silent_step not in steps:
+        raise r.fail("timeline.silent_step", f"{silent_step!r} is not in work.steps")
+    poster_dies = r.get("timeline.poster_dies", str)
+    if poster_dies not in ("first",):
+        raise r.fail("timeline.poster_dies", "only 'first' is supported")
+    quotes = r.get("consumer.quotes", str)
+    if quotes not in steps:
+        raise r.fail("consumer.quotes", f"{quotes!r} is not in work.steps")
+    pattern = r.get("consumer.pattern", str)
+    try:
+        if re.compile(pattern).groups < 1:
+            raise r.fail("consumer.pattern", "needs one capturing group: the quoted figure")
+    except re.error as exc:
+        raise r.fail("consumer.pattern", f"not a regular expression: {exc}") from exc
+    needs = r.get("consumer.needs", str)
+    if needs != "current":
+        raise r.fail("consumer.needs", "only 'current' is supported")
+    consumer = Consumer(
+        name=r.get("consumer.name", str), ready_at=r.get("consumer.ready_at", int), quotes=quotes,
+        pattern=pattern, needs=needs, fail_open=r.get("consumer.fail_open", bool, default=False),
+    )
+    sw_raw = r.table("switches", required=False)
+    unknown = set(sw_raw) - set(SWITCHES)
+    if unknown:
+        raise r.fail("switches", f"unknown switches {sorted(unknown)}; known: {list(SWITCHES)}")
+    try:
+        defaults = Switches(**{k: r.get(f"switches.{k}", str) for k in sw_raw})
+    except ScenarioError as exc:
+        raise r.fail(f"switches.{exc.details.get('field')}", exc.message) from exc
+    ints = {}
+    for path in ("clock.heartbeat_every", "clock.missed_beats", "clock.max_ticks",
+                 "timeline.silent_attempt", "timeline.wake_at"):
+        ints[path] = r.get(path, int)
+        if ints[path] < 1:
+            raise r.fail(path, "must be >= 1")
+    return Scenario(
+        name=r.get("name", str), work_id=r.get("work_id", str),
+        description=r.get("description", str, default=""),
+        epoch_floor=r.get("epoch_floor", int, default=0), versions=versions, steps=tuple(steps),
+        first_version=first, title=r.get("work.title", str, default=""), announce=announce,
+        max_summary_chars=r.get("work.max_summary_chars", int, default=280), contract=contract,
+        heartbeat_every=ints["clock.heartbeat_every"], missed_beats=ints["clock.missed_beats"],
+        max_ticks=ints["clock.max_ticks"], silent_attempt=ints["timeline.silent_attempt"],
+        silent_step=silent_step, wake_at=ints["timeline.wake_at"], new_version=new_version,
+        change_at=change_at, poster_dies=poster_dies, consumer=consumer, defaults=defaults,
+        source=source,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load a scenario file; errors name the file, the field and the problem."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{p}: cannot read scenario: {exc}", file=str(p)) from exc
+    return parse_scenario(text, str(p))
+
+
+def q3_report() -> Scenario:
+    """The seed's ``digest/q3-report`` scenario, shipped with the package."""
+    ref = resources.files("outlive_conformance") / "scenarios" / "q3-report.toml"
+    return parse_scenario(ref.read_text(encoding="utf-8"), "q3-report.toml")
