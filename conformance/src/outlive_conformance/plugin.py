@@ -1,0 +1,20 @@
+"""pytest plugin: ``--outlive-backend URL`` picks the backend the conformance suite runs on."""
+
+from __future__ import annotations
+
+import pytest
+
+__all__ = ["pytest_addoption", "outlive_backend_url"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("outlive")
+    group.addoption("--outlive-backend", action="store", default=None, metavar="URL",
+                    help="backend URL for outlive's conformance suite (default memory://)")
+
+
+@pytest.fixture(scope="session")
+def outlive_backend_url(request: pytest.FixtureRequest) -> str:
+    """The URL given with --outlive-backend, or memory://."""
+    value = request.config.getoption("--outlive-backend")
+    return str(value) if value else "memory://"
