@@ -25,10 +25,10 @@ for _mod in (records, ledger):
 
 
 def encode(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
     if isinstance(value, Enum):
         return {"@e": type(value).__name__, "v": value.value}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             "@t": type(value).__name__,
