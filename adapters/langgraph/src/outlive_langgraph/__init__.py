@@ -15,11 +15,25 @@ from .backend import (
     LangGraphSqliteBackend,
     step_thread_id,
 )
+from .program import (
+    OutliveTask,
+    current_worker,
+    durability_for,
+    outlive_task,
+    persist_for,
+    run,
+)
 
 __all__ = [
     "Durability",
     "LangGraphBackend",
     "LangGraphMemoryBackend",
     "LangGraphSqliteBackend",
+    "OutliveTask",
+    "current_worker",
+    "durability_for",
+    "outlive_task",
+    "persist_for",
+    "run",
     "step_thread_id",
 ]

@@ -1,0 +1,159 @@
+"""The engine-orchestrated shape: an ``@entrypoint`` of ``outlive_task`` steps.
+
+The seed's main run with a paused attempt #1, driven by LangGraph's durability modes: ``"sync"``
+(progress saved every step) gives 6 model calls, ``"exit"`` (saved at the end of the attempt)
+gives 8, as in the article.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import outlive
+import pytest
+from langgraph.func import entrypoint
+from outlive import Contract, Controller, Worker
+from outlive import ledger as L
+from outlive_langgraph import (
+    LangGraphBackend,
+    current_worker,
+    outlive_task,
+    persist_for,
+    run,
+    step_thread_id,
+)
+
+from ._q3 import V1, V2
+
+CONTRACT = Contract(name="form", version="1", assessor="test")
+
+
+class Harness:
+    """Counts model calls and can hold attempt #1 at one section (the pause)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str]] = []
+        self.hold_at: tuple[int, str] | None = None
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+
+
+
+def make_program(b: LangGraphBackend, h: Harness) -> Any:
+    @outlive_task(step=lambda section, **_: section)
+    async def summarise(section: str, text: str) -> dict[str, Any]:
+        att = current_worker().attempt.number
+        h.calls.append((att, section))
+        if h.hold_at == (att, section):
+            h.held.set()
+            await h.release.wait()
+        return {"summary": text, "by": att}
+
+    @entrypoint(checkpointer=b.checkpointer)
+    async def digest(report: dict[str, str]) -> str:
+        parts = [await summarise(section=k, text=v) for k, v in report.items()]
+        cand = await current_worker().candidate({"revenue": parts[1]["summary"]})
+        return cand.digest
+
+    return digest
+
+
+@pytest.mark.parametrize("durability,calls", [("sync", 6), ("exit", 8)])
+async def test_durability_modes_give_the_seed_call_counts(
+        lg_url: str, durability: Any, calls: int) -> None:
+    b = await outlive.open_backend(lg_url)
+    assert isinstance(b, LangGraphBackend)
+    try:
+        h = Harness()
+        h.hold_at = (1, "s3")
+        program = make_program(b, h)
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("q3")
+        await ctl.publish("q3", "v1", V1)
+        a1 = await ctl.admit("q3")
+        w1 = Worker(b, a1, V1, persist=persist_for(durability), clock=lambda: 1)
+        await w1.start()
+        first = asyncio.create_task(run(program, V1, worker=w1, durability=durability))
+        await asyncio.wait_for(h.held.wait(), 10)
+        # t4: the corrected report; t5: #1 is silent -> unknown; #2 admitted on v2
+        await ctl.publish("q3", "v2", V2)
+        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        a2 = await ctl.admit("q3")
+        w2 = Worker(b, a2, V2, persist=persist_for(durability), clock=lambda: 6)
+        await w2.start()
+        digest = await run(program, V2, worker=w2, durability=durability)
+        acc = await ctl.assess("q3", digest, CONTRACT, lambda c, v: (True, "ok"))
+        assert acc.version == "v2"
+        # t8: #1 wakes; its late writes are refused by the ledger, whatever LangGraph saved.
+        h.release.set()
+        with pytest.raises(outlive.StaleOwner):
+            await first
+        assert len(h.calls) == calls, h.calls
+        restored = {k for k, s in w2.steps.items() if s.restored}
+        assert restored == ({"s1"} if durability == "sync" else set())
+        st = await b.load("q3")
+        assert st is not None and st.stale_writes_applied == 0
+        assert all(e.attempt == 2 or e.step in ("s1", "s2") for e in st.journal)
+        assert [a.version for a in st.acceptances] == ["v2"]
+    finally:
+        await b.close()
+
+
+async def test_langgraph_saved_the_stale_task_write_outlive_refused(tmp_path: Path) -> None:
+    """Under "sync", LangGraph writes #1's late s3 result to #1's thread; only outlive refuses."""
+    b = await outlive.open_backend(f"langgraph+sqlite:///{tmp_path}/lg.db")
+    assert isinstance(b, LangGraphBackend)
+    try:
+        h = Harness()
+        h.hold_at = (1, "s3")
+        program = make_program(b, h)
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("q3")
+        await ctl.publish("q3", "v1", V1)
+        w1 = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
+        await w1.start()
+        first = asyncio.create_task(run(program, V1, worker=w1))
+        await asyncio.wait_for(h.held.wait(), 10)
+        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await ctl.admit("q3")
+        h.release.set()
+        with pytest.raises(outlive.StaleOwner):
+            await first
+        conn = sqlite3.connect(f"{tmp_path}/lg.db")
+        rows: list[Any] = []
+        for _ in range(50):  # LangGraph writes task results in the background (pitfall 14)
+            rows = conn.execute("SELECT task_id FROM writes WHERE thread_id = ? AND channel = ?",
+                                (step_thread_id("q3", 1), "__return__")).fetchall()
+            if len(rows) >= 3:
+                break
+            await asyncio.sleep(0.02)
+        assert len(rows) == 3, "LangGraph kept all three of #1's task results, s3 included"
+        st = await b.load("q3")
+        assert st is not None
+        assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    finally:
+        await b.close()
+
+
+async def test_outlive_task_outside_run_is_refused(backend: outlive.Backend) -> None:
+    @outlive_task
+    def f(x: int) -> int:
+        return x
+
+    with pytest.raises(outlive.ConfigError):
+        await f(1)
+
+
+async def test_durability_and_persist_must_agree(backend: outlive.Backend) -> None:
+    assert isinstance(backend, LangGraphBackend)
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    w = Worker(backend, await ctl.admit("w"), V1, persist="step")
+    program = make_program(backend, Harness())
+    with pytest.raises(outlive.ConfigError):
+        await run(program, V1, worker=w, durability="exit")
