@@ -12,11 +12,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import outlive
 import pytest
 from langgraph.func import entrypoint
-from outlive import Contract, Controller, Worker
-from outlive import ledger as L
 from outlive_langgraph import (
     LangGraphBackend,
     current_worker,
@@ -25,6 +22,10 @@ from outlive_langgraph import (
     run,
     step_thread_id,
 )
+
+import outlive
+from outlive import Contract, Controller, Worker
+from outlive import ledger as L
 
 from ._q3 import V1, V2
 
