@@ -1,0 +1,68 @@
+"""Malformed scenario files: a typed error naming the file, the field and the problem."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from outlive.errors import ScenarioError
+from outlive_conformance.scenario import SWITCHES, Switches, all_switches, load_scenario, q3_report
+
+TEXT = (resources.files("outlive_conformance") / "scenarios" / "q3-report.toml").read_text()
+
+
+def test_the_shipped_scenario_is_the_seeds() -> None:
+    sc = q3_report()
+    assert sc.work_id == "digest/q3-report" and sc.steps == ("s1", "s2", "s3", "s4")
+    v1, v2 = sc.versions["v1"], sc.versions["v2"]
+    assert [k for k in v1 if v1[k] != v2[k]] == ["s2"]   # 1, 3, 4 byte-identical
+    assert (sc.figure("v1"), sc.figure("v2")) == ("4.1", "4.7")
+
+
+def test_there_are_864_combinations() -> None:
+    combos = list(all_switches())
+    assert len(combos) == 864 == len({c.label for c in combos})
+    assert sum(1 for c in combos if c.protected) == 24
+
+
+@pytest.mark.parametrize("old,new,field", [
+    ("format = 1", "format = 2", "format"),
+    ('s2 = "Revenue was 4.7', 'x2 = "Revenue was 4.7', "versions.v2"),
+    ('steps = ["s1", "s2", "s3", "s4"]', 'steps = ["s1", "s1"]', "work.steps"),
+    ('steps = ["s1", "s2", "s3", "s4"]', "steps = 4", "work.steps"),
+    ('announce = "announce:{work_id}:{digest}"', 'announce = "announce:{work_id}"', "work.announce"),
+    ('ready_at = 12', 'ready_at = "12"', "consumer.ready_at"),
+    ("pattern = 'Revenue was (\\d+\\.\\d+) million'", "pattern = '('", "consumer.pattern"),
+    ('silent_step = "s3"', 'silent_step = "s9"', "timeline.silent_step"),
+    ('fencing = "on"', 'fencing = "maybe"', "switches.fencing"),
+    ('key = "operation"', 'key = "operation"\ncolour = "red"', "switches"),
+    ("max_ticks = 60", "max_ticks = 0", "clock.max_ticks"),
+    ("wake_at = 8", "wake_at = true", "timeline.wake_at"),
+])
+def test_malformed_files_name_file_and_field(tmp_path: Path, old: str, new: str,
+                                             field: str) -> None:
+    assert old in TEXT, old
+    path = tmp_path / "bad.toml"
+    path.write_text(TEXT.replace(old, new, 1))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(path) in info.value.message
+    assert info.value.details.get("field") == field, info.value.message
+
+
+def test_not_toml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "x.toml"
+    bad.write_text("this = = broken")
+    with pytest.raises(ScenarioError, match="not valid TOML"):
+        load_scenario(bad)
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "missing.toml")
+
+
+def test_switch_values_are_checked() -> None:
+    with pytest.raises(ScenarioError):
+        Switches(change="sometimes")
+    assert set(SWITCHES) == {"silent", "fencing", "progress", "change", "pins", "rule", "dies",
+                             "key"}

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import outlive
+from outlive import Controller, Contract, MemoryReceiver, SqliteReceiver, StrictCurrent, Worker
+from outlive.errors import EffectAmbiguous, VersionMismatch
+from outlive.records import EffectState, Receipt
+
+V1 = {"s1": "Intro.", "s2": "Revenue was 4.1 million."}
+C = Contract(name="form", version="1", assessor="test")
+
+
+async def setup(b: outlive.Backend) -> tuple[Controller, Worker]:
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    w = Worker(b, await ctl.admit("w"), V1)
+    await w.start()
+    return ctl, w
+
+
+async def test_a_snapshot_that_is_not_the_pinned_version_is_refused(backend: outlive.Backend) -> None:
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    w = Worker(backend, await ctl.admit("w"), {**V1, "s2": "Revenue was 9 million."})
+    with pytest.raises(VersionMismatch):
+        await w.start()
+
+
+async def test_end_of_attempt_persistence_writes_with_the_candidate(backend: outlive.Backend) -> None:
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    w = Worker(backend, await ctl.admit("w"), V1, persist="end")
+    await w.start()
+    for k, v in V1.items():
+        await w.step(k, lambda **kw: "sum", **{k: v})
+    st = await backend.load("w")
+    assert st is not None and st.journal == ()
+    cand = await w.candidate({"sections": 2})
+    st = await backend.load("w")
+    assert st is not None and len(st.journal) == 2 and st.candidates[0].digest == cand.digest
+    acc = await ctl.assess("w", cand.digest, C, lambda c, v: (True, "ok"))
+    assert acc.version == "v1"
+    dep = await ctl.dependable("w", StrictCurrent())
+    assert dep is not None and dep.digest == cand.digest
+
+
+async def test_no_answer_leaves_the_intent_open_and_a_resend_settles_it(
+        backend: outlive.Backend) -> None:
+    _ctl, w = await setup(backend)
+    feed = MemoryReceiver()
+    calls: list[str | None] = []
+
+    def down(key: str | None, payload: Any) -> Receipt:
+        calls.append(key)
+        raise ConnectionResetError("feed went away")
+
+    with pytest.raises(EffectAmbiguous):
+        await w.effect("announce:w:d", {"m": 1}, down)
+    st = await backend.load("w")
+    assert st is not None and st.effects[0].state is EffectState.INTENDED
+
+    def up(key: str | None, payload: Any) -> Receipt:
+        return feed.receive(key, payload, lambda p: "P1")
+
+    r = await w.effect("announce:w:d", {"m": 1}, up)
+    assert r.effect_id == "P1" and calls == ["announce:w:d"]
+    again = await w.effect("announce:w:d", {"m": 1}, up)   # confirmed: not sent again
+    assert again == r and len(feed.applied) == 1
+
+
+def test_receiver_keeps_keys_for_the_retention_window_and_says_when_it_forgot() -> None:
+    now = [0]
+    feed = MemoryReceiver(retention=10, clock=lambda: now[0])
+    n = iter(range(1, 100))
+    first = feed.receive("k", "x", lambda p: f"P{next(n)}")
+    now[0] = 5
+    assert feed.receive("k", "x", lambda p: f"P{next(n)}").duplicate
+    now[0] = 30
+    late = feed.receive("k", "x", lambda p: f"P{next(n)}")
+    assert not late.duplicate and late.effect_id != first.effect_id and "expired" in late.note
+
+
+def test_sqlite_receiver_applies_the_effect_and_the_key_atomically(tmp_path: Path) -> None:
+    rx = SqliteReceiver(str(tmp_path / "feed.db"))
+    rx._conn.execute("CREATE TABLE posts (id INTEGER PRIMARY KEY, body TEXT)")
+
+    def post(conn: Any, body: Any) -> str:
+        cur = conn.execute("INSERT INTO posts (body) VALUES (?)", (body,))
+        if body == "boom":
+            raise RuntimeError("failed after the insert")
+        return f"P{cur.lastrowid}"
+
+    assert rx.receive("k1", "hello", post).effect_id == "P1"
+    assert rx.receive("k1", "hello", post).duplicate
+    with pytest.raises(RuntimeError):
+        rx.receive("k2", "boom", post)
+    rows = rx._conn.execute("SELECT COUNT(*) FROM posts").fetchone()[0]
+    keys = rx._conn.execute("SELECT COUNT(*) FROM outlive_receiver_keys").fetchone()[0]
+    assert (rows, keys) == (1, 1)   # neither the key nor the effect of the failed one
+    rx.close()
