@@ -1,0 +1,336 @@
+"""``restate://HOST:INGRESS_PORT?admin=ADMIN_PORT``: outlive's ledgers as Restate Virtual Objects.
+
+Every ledger command is one call to the exclusive handler ``outlive_ledger/{work id}/execute``
+(see :mod:`outlive_restate.services`), sent with a fresh Restate idempotency key: if the
+connection breaks (server restart, network blip) the call is retried with the same key, and Restate
+either attaches to the invocation already running or returns its stored result, so a retry never
+applies a command twice. Reads go through the shared handler ``load``.
+
+Steps run as ``ctx.run_typed`` entries of a step service that this process serves itself (an
+in-process hypercorn deployment, registered on first use) because a step body is a Python closure
+that cannot leave the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+import httpx
+
+from outlive import codec
+from outlive import ledger as L
+from outlive.backend import Backend, StepCall
+from outlive.errors import (
+    BackendUnavailable,
+    ConfigError,
+    InvalidRecord,
+    OutliveError,
+    error_from_dict,
+)
+from outlive.records import WorkState
+
+from .services import ERROR_PREFIX, LEDGER, PENDING, Pending, make_step_service
+
+__all__ = ["RestateBackend", "parse_url"]
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """``restate://127.0.0.1:8080?admin=9070`` -> (ingress base URL, admin base URL)."""
+    parts = urlsplit(url)
+    if parts.scheme != "restate" or not parts.hostname:
+        raise ConfigError(f"{url}: expected restate://HOST:INGRESS_PORT?admin=ADMIN_PORT", url=url)
+    host = parts.hostname
+    try:
+        port = parts.port or 8080
+        q = parse_qs(parts.query)
+        admin = q.get("admin", ["9070"])[0]
+        admin_url = admin if "://" in admin else f"http://{host}:{int(admin)}"
+    except ValueError as exc:
+        raise ConfigError(f"{url}: {exc}", url=url) from exc
+    return f"http://{host}:{port}", admin_url.rstrip("/")
+
+
+def free_port() -> int:
+    """A free loopback TCP port (the tiny race with other binders is accepted)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RestateBackend(Backend):
+    """The ledger in Restate K/V state, one Virtual Object per work; steps as journal entries."""
+
+    capabilities = frozenset({"atomic-commands", "durable", "multi-process", "engine-steps",
+                              "durable-timers"})
+
+    #: How long a command keeps retrying (same idempotency key) while the server is unreachable.
+    retry_for: float = 30.0
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.ingress, self.admin = parse_url(url)
+        q = parse_qs(urlsplit(url).query)
+        if "retry_for" in q:
+            self.retry_for = float(q["retry_for"][0])
+        self._http: httpx.AsyncClient | None = None
+        self._steps_name = f"outlive_steps_{uuid.uuid4().hex[:12]}"
+        self._steps_lock = asyncio.Lock()
+        self._steps_ready = False
+        self._steps_stop: asyncio.Event | None = None
+        self._steps_task: asyncio.Task[None] | None = None
+        self._steps_deployment: str | None = None
+
+    # -- connection ------------------------------------------------------------------------------
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
+        return self._http
+
+    async def start(self) -> None:
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=5.0),
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+        )
+        try:
+            r = await self._http.get(f"{self.admin}/services/{LEDGER}")
+        except httpx.HTTPError as exc:
+            await self.close()
+            raise BackendUnavailable(
+                f"{self.url}: the Restate admin API at {self.admin} is unreachable ({exc!r}); "
+                f"start a server with `python -m outlive_restate.server`", url=self.url) from exc
+        if r.status_code != 200:
+            await self.close()
+            raise BackendUnavailable(
+                f"{self.url}: the service {LEDGER!r} is not registered on this Restate server "
+                f"(admin answered {r.status_code}); serve it with `python -m "
+                f"outlive_restate.deployment` and register it, or use `python -m "
+                f"outlive_restate.server`", url=self.url)
+
+    async def close(self) -> None:
+        if self._steps_deployment is not None and self._http is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                await self._http.delete(
+                    f"{self.admin}/deployments/{self._steps_deployment}", params={"force": "true"})
+            self._steps_deployment = None
+        if self._steps_stop is not None:
+            self._steps_stop.set()
+        if self._steps_task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._steps_task, 5)
+            self._steps_task = None
+        self._steps_ready = False
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # -- calls -----------------------------------------------------------------------------------
+    async def _call(self, path: str, body: bytes, *, key: str | None,
+                    retry: bool = True) -> bytes:
+        """POST to the ingress; retry transport failures with the same idempotency key."""
+        http = self._client()
+        headers = {"content-type": "application/json"} if body else {}
+        if key is not None:
+            headers["idempotency-key"] = key
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.02
+        while True:
+            try:
+                r = await http.post(f"{self.ingress}{path}", content=body, headers=headers)
+            except httpx.TransportError as exc:
+                if not retry or key is None or time.monotonic() > deadline:
+                    raise BackendUnavailable(
+                        f"{self.url}: Restate ingress unreachable ({exc!r}); the command was "
+                        f"not confirmed (retry with the same call: it is idempotent)",
+                        url=self.url) from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            if r.status_code == 200:
+                return r.content
+            err = _error(r)
+            if err is not None:
+                raise err
+            if r.status_code in (502, 503, 504) and retry and key is not None \
+                    and time.monotonic() <= deadline:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            raise BackendUnavailable(
+                f"{self.url}: Restate answered {r.status_code} on {path}: {r.text[:300]}",
+                url=self.url, status=r.status_code)
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        if not isinstance(work_id, str) or not work_id:
+            raise InvalidRecord("a work id must be a non-empty string", field="work_id")
+        body = codec.dumps(command).encode()
+        path = f"/{LEDGER}/{quote(work_id, safe='')}/execute"
+        # Shielded: once sent, a command is applied or rejected whole even if our caller is
+        # cancelled (as an embedded backend's synchronous write would be).
+        raw = await asyncio.shield(self._call(path, body, key=uuid.uuid4().hex))
+        outcome = codec.loads(raw)
+        if not isinstance(outcome, L.Outcome):
+            raise InvalidRecord(f"{work_id}: the ledger answered with {type(outcome).__name__}")
+        return outcome
+
+    async def load(self, work_id: str) -> WorkState | None:
+        raw = await self._call(f"/{LEDGER}/{quote(work_id, safe='')}/load", b"",
+                               key=uuid.uuid4().hex)
+        if not raw:
+            return None
+        state = codec.loads(raw)
+        if not isinstance(state, WorkState):
+            raise InvalidRecord(f"{work_id}: the ledger state is corrupt", work_id=work_id)
+        return state
+
+    async def works(self) -> list[str]:
+        """Keys of ``outlive_ledger`` that hold state, from the admin SQL introspection API."""
+        http = self._client()
+        q = (f"SELECT DISTINCT service_key FROM state WHERE service_name = '{LEDGER}' "
+             f"ORDER BY service_key")
+        try:
+            r = await http.post(f"{self.admin}/query", json={"query": q},
+                                headers={"accept": "application/json"})
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"{self.url}: admin unreachable ({exc!r})") from exc
+        if r.status_code != 200:
+            raise BackendUnavailable(f"{self.url}: admin query failed: {r.text[:300]}")
+        return [str(row["service_key"]) for row in r.json().get("rows", [])]
+
+    async def suspect_after(self, work_id: str, attempt: int, delay: timedelta, *,
+                            at: int) -> None:
+        """Set a durable timer: mark ``attempt`` unknown after ``delay`` unless it shows life.
+
+        Restate keeps the timer (a delayed send) across restarts of the server and of this
+        process; ``at`` is the logical time written into the ``unknown`` record.
+        """
+        st = await self.load(work_id)
+        att = st.attempt(attempt) if st is not None else None
+        if att is None:
+            raise error_from_dict({"type": "NotFound", "message": f"attempt #{attempt} of "
+                                   f"{work_id!r} does not exist", "details": {}})
+        body = json.dumps({"attempt": attempt, "heartbeats": att.heartbeats,
+                           "last_heartbeat": att.last_heartbeat, "at": at}).encode()
+        ms = max(0, int(delay.total_seconds() * 1000))
+        await self._call(f"/{LEDGER}/{quote(work_id, safe='')}/suspect/send?delay={ms}ms",
+                         body, key=uuid.uuid4().hex)
+
+    # -- steps -----------------------------------------------------------------------------------
+    @property
+    def step_service(self) -> str:
+        """This process's step service name (one per backend: its bodies live here)."""
+        return self._steps_name
+
+    async def _ensure_steps(self) -> None:
+        if self._steps_ready:
+            return
+        async with self._steps_lock:
+            if self._steps_ready:
+                return
+            await self._serve_steps()
+            self._steps_ready = True
+
+    async def _serve_steps(self) -> None:
+        import restate
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config
+
+        http = self._client()
+        app = restate.app([make_step_service(self._steps_name)])
+        port = free_port()
+        config = Config()
+        config.bind = [f"127.0.0.1:{port}"]
+        config.accesslog = None
+        config.errorlog = None
+        config.graceful_timeout = 0.2
+        self._steps_stop = asyncio.Event()
+        self._steps_task = asyncio.ensure_future(
+            serve(app, config, shutdown_trigger=self._steps_stop.wait))  # type: ignore[arg-type]
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                _r, w = await asyncio.open_connection("127.0.0.1", port)
+                w.close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self._steps_task.done():
+                    raise BackendUnavailable(f"could not serve the step service on :{port}") \
+                        from None
+                await asyncio.sleep(0.02)
+        try:
+            r = await http.post(f"{self.admin}/deployments",
+                                json={"uri": f"http://127.0.0.1:{port}", "force": True})
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"{self.url}: admin unreachable ({exc!r})") from exc
+        if r.status_code not in (200, 201):
+            raise BackendUnavailable(f"{self.url}: registering the step service failed: "
+                                     f"{r.status_code} {r.text[:300]}")
+        self._steps_deployment = str(r.json()["id"])
+        # Registered is not callable yet: wait for a real call (ENGINE-NOTES pitfall 9).
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r = await http.post(f"{self.ingress}/{self._steps_name}/raw", content=b"1",
+                                    headers={"content-type": "application/json"})
+                if r.status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise BackendUnavailable(f"{self.url}: the step service never became callable")
+            await asyncio.sleep(0.05)
+
+    async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """Run the body once as a ``ctx.run_typed`` entry of an invocation of the step service.
+
+        The invocation's idempotency key is the pending id, so a broken connection re-attaches
+        to the same invocation instead of running the body again. Cancelling the caller (a
+        crashed worker) cancels the body, and the invocation ends with a terminal error.
+        """
+        await self._ensure_steps()
+        pid = uuid.uuid4().hex
+        pending = Pending(fn)
+        PENDING[pid] = pending
+        body = json.dumps({"id": pid, "work_id": call.work_id, "attempt": call.attempt,
+                           "token": call.token, "step": call.step,
+                           "input_key": call.input_key}).encode()
+        try:
+            raw = await self._call(f"/{self._steps_name}/run", body, key=pid)
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        except OutliveError:
+            if pending.error is not None:
+                raise pending.error from None
+            raise
+        finally:
+            PENDING.pop(pid, None)
+        return codec.loads(raw)
+
+
+def _error(r: httpx.Response) -> OutliveError | None:
+    """Turn a terminal failure carrying an outlive error back into the same class."""
+    try:
+        data = r.json()
+    except ValueError:
+        return None
+    msg = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(msg, str):
+        return None
+    i = msg.find(ERROR_PREFIX)
+    if i >= 0:
+        try:
+            return error_from_dict(json.loads(msg[i + len(ERROR_PREFIX):]))
+        except ValueError:
+            return None
+    if msg.startswith("outlive:") or "outlive:" in msg[:200]:
+        return InvalidRecord(f"step failed: {msg}", status=r.status_code)
+    return None

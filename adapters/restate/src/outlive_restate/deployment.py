@@ -1,0 +1,45 @@
+"""``python -m outlive_restate.deployment --bind 127.0.0.1:PORT``: serve the ledger object.
+
+A separate process on purpose: Restate owns retries of invocations whose deployment vanished, so
+this process can be killed and restarted on the same address mid-run and the work goes on.
+Hypercorn serves h2c, so Restate uses the bidirectional protocol (``--protocol`` overrides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+from .services import ledger_app
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m outlive_restate.deployment")
+    p.add_argument("--bind", required=True, help="HOST:PORT, loopback")
+    p.add_argument("--protocol", choices=["bidi", "request_response"], default=None)
+    args = p.parse_args(argv)
+    config = Config()
+    config.bind = [args.bind]
+    config.accesslog = None
+    config.errorlog = "-"
+    config.loglevel = "WARNING"
+    config.graceful_timeout = 0.5
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(ledger_app(args.protocol), config, shutdown_trigger=stop.wait)
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The Restate services outlive runs: the ledger Virtual Object and the step service.
+
+``outlive_ledger`` is a Virtual Object keyed by work id. Its exclusive handler ``execute`` is the
+only writer of a work's ledger: Restate runs at most one exclusive invocation per key at a time,
+so "load state, ``outlive.ledger.apply``, store state" is atomic per work without any lock of
+ours, and durable because the state write commits with the invocation's journal. A rejection
+becomes a :class:`restate.TerminalError` carrying the typed outlive error (``to_dict``), and the
+handler returns before ``ctx.set``: nothing is written. ``load`` is a shared handler (reads run
+concurrently with the writer and see the last committed state). ``suspect`` is the target of a
+durable timer (a delayed send): Restate's own form of "silence -> unknown".
+
+The step service (``make_step_service``) runs a step's body as a ``ctx.run_typed`` journal entry.
+The body is a Python closure, so it cannot travel to another process: the caller parks it in an
+in-process registry (:data:`PENDING`) and the step service, served by the same process, looks it
+up by id. See ``docs/engines/restate.md`` for the cross-process shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import restate
+from restate.retry_policy import InvocationRetryPolicy
+from restate.serde import BytesSerde
+
+from outlive import codec
+from outlive import ledger as L
+from outlive.errors import InvalidRecord, OutliveError, Rejected
+from outlive.records import AttemptState
+
+__all__ = [
+    "ERROR_PREFIX",
+    "LEDGER",
+    "PENDING",
+    "Pending",
+    "ledger_app",
+    "ledger_object",
+    "make_step_service",
+]
+
+#: Name of the ledger Virtual Object.
+LEDGER = "outlive_ledger"
+#: TerminalError messages that carry a typed outlive error start with this.
+ERROR_PREFIX = "outlive-error:"
+
+_B = BytesSerde()
+_STATE = "state"
+
+ledger_object = restate.VirtualObject(
+    LEDGER,
+    description="outlive: one work's ledger (fenced state machine) per key",
+    # A handler error that is not terminal is a bug or an outage: retry, but never forever.
+    invocation_retry_policy=InvocationRetryPolicy(
+        initial_interval=timedelta(milliseconds=50), max_interval=timedelta(seconds=2),
+        max_attempts=200, on_max_attempts="pause"),
+)
+
+
+def _terminal(exc: OutliveError) -> restate.TerminalError:
+    code = 409 if isinstance(exc, Rejected) else 400 if isinstance(exc, InvalidRecord) else 500
+    return restate.TerminalError(ERROR_PREFIX + json.dumps(exc.to_dict(), default=str),
+                                 status_code=code)
+
+
+async def _apply(ctx: restate.ObjectContext, cmd: L.Command) -> bytes:
+    raw = await ctx.get(_STATE, serde=_B)
+    try:
+        state = codec.loads(raw) if raw else None
+        new, outcome = L.apply(state, cmd, work_id=ctx.key())
+    except OutliveError as exc:
+        raise _terminal(exc) from None
+    if new is not state:
+        ctx.set(_STATE, codec.dumps(new).encode(), serde=_B)
+    return codec.dumps(outcome).encode()
+
+
+@ledger_object.handler(kind="exclusive", input_serde=_B, output_serde=_B)
+async def execute(ctx: restate.ObjectContext, req: bytes) -> bytes:
+    """Apply one encoded command to this key's ledger; the only writer of the state."""
+    try:
+        cmd = codec.loads(req)
+    except OutliveError as exc:
+        raise _terminal(exc) from None
+    if not isinstance(cmd, L.OpenWork | L.PublishInput | L.Admit | L.Heartbeat | L.MarkUnknown
+                      | L.MarkStopped | L.RecordSteps | L.SubmitCandidate | L.Accept
+                      | L.RecordIntent | L.ConfirmEffect | L.Finish):
+        raise _terminal(InvalidRecord(f"not a ledger command: {type(cmd).__name__}"))
+    return await _apply(ctx, cmd)
+
+
+@ledger_object.handler(kind="shared", input_serde=_B, output_serde=_B)
+async def load(ctx: restate.ObjectSharedContext, req: bytes) -> bytes:
+    """The last committed state (empty body: never opened). Runs beside the writer."""
+    del req
+    raw = await ctx.get(_STATE, serde=_B)
+    return raw or b""
+
+
+@ledger_object.handler(kind="exclusive", input_serde=_B, output_serde=_B)
+async def suspect(ctx: restate.ObjectContext, req: bytes) -> bytes:
+    """Fired by a durable timer: mark the attempt unknown if it showed no sign of life since.
+
+    The timer carries the attempt's heartbeat count and last heartbeat as seen when it was set;
+    any write by the attempt moves one of them, so a live worker is never suspected.
+    """
+    r = json.loads(req)
+    raw = await ctx.get(_STATE, serde=_B)
+    if not raw:
+        return b'{"kind":"absent"}'
+    state = codec.loads(raw)
+    att = state.attempt(int(r["attempt"]))
+    live = (AttemptState.ADMITTED, AttemptState.RUNNING)
+    if att is None or att.state not in live or (att.heartbeats, att.last_heartbeat) != (
+            int(r["heartbeats"]), int(r["last_heartbeat"])):
+        return b'{"kind":"alive"}'
+    await _apply(ctx, L.MarkUnknown(attempt=att.number, at=int(r["at"])))
+    return b'{"kind":"unknown"}'
+
+
+def ledger_app(protocol: str | None = None) -> Any:
+    """The ASGI app a deployment process serves (``python -m outlive_restate.deployment``)."""
+    return restate.app([ledger_object], protocol=protocol)  # type: ignore[arg-type]
+
+
+# -- steps ---------------------------------------------------------------------------------------
+@dataclass
+class Pending:
+    """A step body parked by its caller until the step service runs it (at most once)."""
+
+    fn: Callable[[], Awaitable[Any]]
+    task: asyncio.Task[Any] | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+    runs: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> bytes:
+        """Run the body once; a replayed or retried invocation awaits the same task."""
+        if self.cancelled:
+            raise restate.TerminalError("outlive: the step's caller was cancelled", 499)
+        if self.task is None:
+            self.runs += 1
+            self.task = asyncio.ensure_future(self.fn())
+        try:
+            result = await asyncio.shield(self.task)
+        except asyncio.CancelledError:
+            if self.cancelled:
+                raise restate.TerminalError("outlive: the step's caller was cancelled",
+                                            499) from None
+            raise
+        except Exception as exc:
+            self.error = exc
+            raise restate.TerminalError(f"outlive: step body raised {type(exc).__name__}: {exc}",
+                                        500) from None
+        try:
+            return codec.dumps(result).encode()
+        except OutliveError as exc:
+            self.error = exc
+            raise restate.TerminalError(f"outlive: step result not encodable: {exc}", 500) from None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+#: Step bodies of this process, by id (see the module docstring for why it is in-process).
+PENDING: dict[str, Pending] = {}
+
+
+def make_step_service(name: str) -> restate.Service:
+    """A step service under a per-process name, so each caller's bodies reach its own process."""
+    svc = restate.Service(
+        name,
+        description="outlive: step bodies as ctx.run_typed entries (served in the caller's process)",
+        # A held (paused) body must not be aborted by wall-clock timeouts: the logical outcome
+        # is outlive's to decide. Abandoned invocations are killed, never retried for ever.
+        inactivity_timeout=timedelta(hours=1),
+        abort_timeout=timedelta(hours=1),
+        invocation_retry_policy=InvocationRetryPolicy(
+            initial_interval=timedelta(milliseconds=50), max_interval=timedelta(seconds=1),
+            max_attempts=20, on_max_attempts="kill"),
+    )
+
+    @svc.handler(input_serde=_B, output_serde=_B)
+    async def run(ctx: restate.Context, req: bytes) -> bytes:
+        """One outlive step: the body as one journal entry, run at most once (max_attempts=1)."""
+        r = json.loads(req)
+        pid = str(r["id"])
+
+        async def action() -> bytes:
+            pending = PENDING.get(pid)
+            if pending is None:
+                raise restate.TerminalError(
+                    "outlive: no pending body with this id in the serving process (its caller "
+                    "is gone, or lives in another process)", 410)
+            return await pending.run()
+
+        out: bytes = await ctx.run_typed(f"step:{r['step']}#{r['attempt']}", action,
+                                         restate.RunOptions(max_attempts=1, serde=_B))
+        return out
+
+    @svc.handler(input_serde=_B, output_serde=_B)
+    async def raw(ctx: restate.Context, req: bytes) -> bytes:
+        """The baseline: one bare ``ctx.run_typed`` step per invocation (for the benchmark)."""
+        async def action() -> bytes:
+            return req
+
+        out: bytes = await ctx.run_typed("raw", action, restate.RunOptions(max_attempts=1, serde=_B))
+        return out
+
+    @svc.handler(input_serde=_B, output_serde=_B)
+    async def raw_loop(ctx: restate.Context, req: bytes) -> bytes:
+        """The floor: N ``ctx.run_typed`` steps inside one running invocation (benchmark)."""
+        n = int(json.loads(req)["n"])
+
+        async def action() -> bytes:
+            return b"1"
+
+        for i in range(n):
+            await ctx.run_typed(f"raw{i}", action, restate.RunOptions(max_attempts=1, serde=_B))
+        return str(n).encode()
+
+    return svc
