@@ -213,8 +213,10 @@ class LangGraphSqliteBackend(LangGraphBackend):
                 saver.setup()  # creates checkpoints/writes and switches the file to WAL
                 conn.execute(_SCHEMA)
                 conn.commit()
-                # Read every ledger page once: a truncated file fails here, not mid-run.
-                conn.execute("SELECT count(*), sum(length(state)) FROM outlive_works").fetchone()
+                # A truncated or damaged file fails here, before anything is written, not mid-run.
+                problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+                if problems != ["ok"]:
+                    raise sqlite3.DatabaseError("; ".join(str(p) for p in problems[:3]))
         except sqlite3.DatabaseError as exc:
             if conn is not None:
                 conn.close()

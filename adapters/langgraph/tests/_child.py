@@ -1,0 +1,83 @@
+"""A worker process for the kill tests (run as a script: ``python _child.py MODE DB ARG``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import outlive
+from outlive import Contract, Controller, Worker
+from outlive import ledger as L
+
+V1 = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.1 million.",
+      "s3": "Costs fell by 3 percent.", "s4": "Outlook: cautious."}
+
+
+def say(*words: str) -> None:
+    print(*words, flush=True)
+
+
+async def first(db: str, arg: str) -> None:
+    """Attempt #1. ``arg`` = ``kill-after:sN`` (SIGKILL itself the instant step N is reported
+    done) or ``hold:sN`` (block inside step N's body until the parent kills the process)."""
+    mode, at = arg.split(":")
+    b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("q3")
+    await ctl.publish("q3", "v1", V1)
+    w = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
+    await w.start()
+    for k, text in V1.items():
+        async def body(text: str, k: str = k) -> dict[str, Any]:
+            if mode == "hold" and k == at:
+                say("in", k)
+                await asyncio.sleep(120)
+            return {"summary": text, "by": 1}
+
+        await w.step(k, body, text=text)
+        say("done", k)
+        if mode == "kill-after" and k == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def second(db: str) -> None:
+    """A new process: suspect #1, admit #2, finish from the records, report what it did."""
+    b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
+    ctl = Controller(b, clock=lambda: 5)
+    st = await ctl.state("q3")
+    await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+    w = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 6)
+    await w.start()
+    calls: list[str] = []
+    for k, text in V1.items():
+        def body(text: str, k: str = k) -> dict[str, Any]:
+            calls.append(k)
+            return {"summary": text, "by": 2}
+
+        await w.step(k, body, text=text)
+    cand = await w.candidate({"revenue": w.result("s2")["summary"]})
+    acc = await ctl.assess("q3", cand.digest, Contract(name="form", version="1", assessor="t"),
+                           lambda c, v: (True, "ok"))
+    await w.finish()
+    end = await ctl.state("q3")
+    say(json.dumps({
+        "journal_before": [e.step for e in st.journal],
+        "calls": calls,
+        "restored": sorted(k for k, s in w.steps.items() if s.restored),
+        "accepted": acc.version,
+        "stale": end.stale_writes_applied,
+        "epoch": end.epoch,
+    }))
+    await b.close()
+
+
+if __name__ == "__main__":
+    mode, db = sys.argv[1], sys.argv[2]
+    if mode == "first":
+        asyncio.run(first(db, sys.argv[3]))
+    else:
+        asyncio.run(second(db))
