@@ -1,9 +1,10 @@
 """``sqlite:///PATH``: the default. WAL, synchronous=FULL, one transaction per ledger command.
 
 Each command is ``BEGIN IMMEDIATE``; read the work's row; apply the pure ledger; a conditional
-``UPDATE ... WHERE seq = ?``; ``COMMIT``. The state is kept as one JSON document per work (small:
-results go by reference past ``MAX_PAYLOAD_BYTES``), cached in-process and re-read whenever another
-process moved ``seq``. A killed process loses nothing that a command reported done.
+``UPDATE ... WHERE seq = ?``; ``COMMIT``. The journal is append-only, so it lives in its own
+table and a command inserts only its new entries; the rest of the state (attempts, candidates,
+acceptances, effects) is one JSON document per work. Both are cached in-process and re-read
+whenever another process moved ``seq``. A killed process loses nothing a command reported done.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 from . import codec as _codec
 from .backend import Backend
 from .errors import BackendUnavailable, ConfigError, InvalidRecord
 from .ledger import Command, Outcome, apply
-from .records import WorkState
+from .records import JournalEntry, WorkState
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outlive_works (
@@ -25,7 +27,13 @@ CREATE TABLE IF NOT EXISTS outlive_works (
     seq     INTEGER NOT NULL,
     epoch   INTEGER NOT NULL,
     state   TEXT NOT NULL
-)
+);
+CREATE TABLE IF NOT EXISTS outlive_journal (
+    work_id TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    entry   TEXT NOT NULL,
+    PRIMARY KEY (work_id, seq)
+);
 """
 
 
@@ -61,7 +69,7 @@ class SqliteBackend(Backend):
                                    timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(_SCHEMA)
+            conn.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise InvalidRecord(f"{self.path}: not a usable outlive database: {exc}",
                                 path=self.path) from exc
@@ -82,12 +90,41 @@ class SqliteBackend(Backend):
             return seq, cached[1]
         text = conn.execute("SELECT state FROM outlive_works WHERE work_id = ?",
                             (work_id,)).fetchone()[0]
-        state = _codec.loads(text)
-        if not isinstance(state, WorkState) or state.work_id != work_id or state.seq != seq:
+        head = _codec.loads(text)
+        if not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq:
             raise InvalidRecord(f"{self.path}: the ledger row of {work_id!r} is corrupt",
                                 work_id=work_id)
+        prior = cached[1].journal if cached is not None else ()
+        last = prior[-1].seq if prior else -1
+        rows = conn.execute("SELECT entry FROM outlive_journal WHERE work_id = ? AND seq > ? "
+                            "ORDER BY seq", (work_id, last)).fetchall()
+        added = tuple(_codec.loads(r[0]) for r in rows)
+        if not all(isinstance(e, JournalEntry) for e in added):
+            raise InvalidRecord(f"{self.path}: a journal row of {work_id!r} is corrupt",
+                                work_id=work_id)
+        state = replace(head, journal=prior + added)
         self._cache[work_id] = (seq, state)
         return seq, state
+
+    def _write(self, conn: sqlite3.Connection, work_id: str, old: WorkState | None,
+               new: WorkState, seq: int) -> None:
+        before = len(old.journal) if old is not None else 0
+        head = _codec.dumps(replace(new, journal=()))
+        if old is None:
+            conn.execute("INSERT INTO outlive_works (work_id, seq, epoch, state) VALUES (?,?,?,?)",
+                         (work_id, new.seq, new.epoch, head))
+        else:
+            cur = conn.execute(
+                "UPDATE outlive_works SET seq = ?, epoch = ?, state = ? "
+                "WHERE work_id = ? AND seq = ? AND epoch <= ?",
+                (new.seq, new.epoch, head, work_id, seq, new.epoch),
+            )
+            if cur.rowcount != 1:
+                raise BackendUnavailable(f"{work_id}: concurrent ledger write lost the race")
+        if old is not None and new.journal[:before] != old.journal:
+            raise InvalidRecord("the journal is append-only")  # pragma: no cover - ledger bug
+        conn.executemany("INSERT INTO outlive_journal (work_id, seq, entry) VALUES (?,?,?)",
+                         [(work_id, e.seq, _codec.dumps(e)) for e in new.journal[before:]])
 
     def _execute(self, work_id: str, command: Command) -> Outcome:
         conn = self._db()
@@ -99,19 +136,8 @@ class SqliteBackend(Backend):
             try:
                 seq, state = self._read(conn, work_id)
                 new, outcome = apply(state, command, work_id=work_id)
-                if state is None:
-                    conn.execute(
-                        "INSERT INTO outlive_works (work_id, seq, epoch, state) VALUES (?,?,?,?)",
-                        (work_id, new.seq, new.epoch, _codec.dumps(new)),
-                    )
-                elif new is not state:
-                    cur = conn.execute(
-                        "UPDATE outlive_works SET seq = ?, epoch = ?, state = ? "
-                        "WHERE work_id = ? AND seq = ? AND epoch <= ?",
-                        (new.seq, new.epoch, _codec.dumps(new), work_id, seq, new.epoch),
-                    )
-                    if cur.rowcount != 1:
-                        raise BackendUnavailable(f"{work_id}: concurrent ledger write lost the race")
+                if state is None or new is not state:
+                    self._write(conn, work_id, state, new, seq)
                 conn.execute("COMMIT")
             except BaseException:
                 self._cache.pop(work_id, None)
