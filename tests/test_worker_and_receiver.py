@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 import outlive
-from outlive import Controller, Contract, MemoryReceiver, SqliteReceiver, StrictCurrent, Worker
+from outlive import Contract, Controller, MemoryReceiver, SqliteReceiver, StrictCurrent, Worker
 from outlive.errors import EffectAmbiguous, VersionMismatch
 from outlive.records import EffectState, Receipt
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 from . import ledger as L
 from .backend import Backend
@@ -30,7 +30,7 @@ from .rules import Dependable, Rule, dependable
 __all__ = ["Assessor", "Controller", "wall_clock_ms"]
 
 Verdict = tuple[bool, str]
-Assessor = Callable[[Candidate, Union[InputVersion, None]], Union[Verdict, Awaitable[Verdict]]]
+Assessor = Callable[[Candidate, InputVersion | None], Verdict | Awaitable[Verdict]]
 
 
 def wall_clock_ms() -> int:

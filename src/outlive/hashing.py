@@ -28,7 +28,8 @@ def _check(value: Any, path: str) -> None:
     if isinstance(value, dict):
         for k, item in value.items():
             if not isinstance(k, str):
-                raise InvalidRecord(f"{path}: mapping keys must be strings, got {type(k).__name__}", path=path)
+                raise InvalidRecord(
+                    f"{path}: mapping keys must be strings, got {type(k).__name__}", path=path)
             _check(item, f"{path}.{k}")
         return
     raise InvalidRecord(f"{path}: {type(value).__name__} is not a canonical JSON value", path=path)

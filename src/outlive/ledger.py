@@ -339,7 +339,7 @@ def _publish(state: WorkState, cmd: PublishInput) -> tuple[WorkState, Outcome]:
         return state, Outcome(kind="exists", record=old, seq=state.seq)
     seq = state.seq + 1
     v = InputVersion(version=cmd.version, parts=dict(cmd.parts), seq=seq, at=cmd.at)
-    new = replace(state, inputs=state.inputs + (v,), current_version=v.version, seq=seq)
+    new = replace(state, inputs=(*state.inputs, v), current_version=v.version, seq=seq)
     return new, Outcome(kind="published", record=v, seq=seq)
 
 
@@ -365,7 +365,7 @@ def _admit(state: WorkState, cmd: Admit) -> tuple[WorkState, Outcome]:
         state=AttemptState.ADMITTED, admitted_at=cmd.at, last_heartbeat=cmd.at,
         request_id=cmd.request_id,
     )
-    new = replace(state, epoch=epoch, seq=seq, attempts=state.attempts + (att,))
+    new = replace(state, epoch=epoch, seq=seq, attempts=(*state.attempts, att))
     return new, Outcome(kind="admitted", record=att, seq=seq)
 
 
@@ -456,7 +456,7 @@ def _submit(state: WorkState, cmd: SubmitCandidate) -> tuple[WorkState, Outcome]
         content=cmd.content, attempt=att.number, token=cmd.token, seq=seq, at=cmd.at, stale=stale,
     )
     new = replace(
-        state, journal=journal, candidates=state.candidates + (cand,), seq=seq,
+        state, journal=journal, candidates=(*state.candidates, cand), seq=seq,
         attempts=_touch(state, att, cmd.at),
         stale_writes_applied=state.stale_writes_applied + ((added + 1) if stale else 0),
     )
@@ -512,7 +512,7 @@ def _accept(state: WorkState, cmd: Accept) -> tuple[WorkState, Outcome]:
     seq = state.seq + 1
     acc = Acceptance(digest=cand.digest, version=cand.version, contract=cmd.contract, seq=seq,
                      at=cmd.at, attempt=cand.attempt, note=cmd.reason)
-    new = replace(state, acceptances=state.acceptances + (acc,), seq=seq)
+    new = replace(state, acceptances=(*state.acceptances, acc), seq=seq)
     return new, Outcome(kind="accepted", record=acc, seq=seq)
 
 
@@ -539,7 +539,7 @@ def _intent(state: WorkState, cmd: RecordIntent) -> tuple[WorkState, Outcome]:
     seq = state.seq + 1
     eff = Effect(op_key=cmd.op_key, payload_digest=cmd.payload_digest, state=EffectState.INTENDED,
                  attempt=att.number, sent_key=cmd.sent_key, intended_at=cmd.at)
-    new = replace(state, effects=state.effects + (eff,), seq=seq,
+    new = replace(state, effects=(*state.effects, eff), seq=seq,
                   attempts=_touch(state, att, cmd.at),
                   stale_writes_applied=state.stale_writes_applied + (1 if stale else 0))
     return new, Outcome(kind="intended", record=eff, seq=seq)

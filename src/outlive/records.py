@@ -7,7 +7,7 @@ particular are append-only: a later acceptance supersedes an earlier one, none i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
 JSON = Any
 
 
-class AttemptState(str, Enum):
+class AttemptState(StrEnum):
     """``unknown`` is its own state: silence is never ``finished`` and never failed."""
 
     ADMITTED = "admitted"
@@ -39,7 +39,7 @@ class AttemptState(str, Enum):
     STOPPED = "stopped"
 
 
-class EffectState(str, Enum):
+class EffectState(StrEnum):
     INTENDED = "intended"
     CONFIRMED = "confirmed"
     AMBIGUOUS = "ambiguous"

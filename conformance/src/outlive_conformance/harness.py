@@ -168,11 +168,12 @@ class _Run:
         self.confirmed_at: int | None = None
         self.contract = Contract(**sc.contract)
         self.change_at = sc.change_at.get(sw.change) if sw.change != "never" else None
-        self.rule: Rule = {
+        rules: dict[str, Rule] = {
             "strict": StrictCurrent(fail_open=sc.consumer.fail_open),
             "accepted": LatestAccepted(),
             "finished": LatestFinished(),
-        }[sw.rule]
+        }
+        self.rule: Rule = rules[sw.rule]
 
     # -- helpers ---------------------------------------------------------------------------------
     def log(self, kind: str, text: str) -> None:
@@ -530,7 +531,7 @@ class _Run:
                     a.task.cancel()
                     try:
                         await a.task
-                    except BaseException:  # noqa: BLE001 - a held worker that never woke
+                    except BaseException:
                         pass
         return await self.summary(finished)
 
