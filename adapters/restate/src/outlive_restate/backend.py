@@ -34,6 +34,7 @@ from outlive.errors import (
     ConfigError,
     InvalidRecord,
     OutliveError,
+    StaleOwner,
     error_from_dict,
 )
 from outlive.records import WorkState
@@ -88,6 +89,8 @@ class RestateBackend(Backend):
         self._steps_stop: asyncio.Event | None = None
         self._steps_task: asyncio.Task[None] | None = None
         self._steps_deployment: str | None = None
+        self._inflight: dict[str, StepCall] = {}
+        self._revoked: set[str] = set()
 
     # -- connection ------------------------------------------------------------------------------
     def _client(self) -> httpx.AsyncClient:
@@ -135,7 +138,10 @@ class RestateBackend(Backend):
     # -- calls -----------------------------------------------------------------------------------
     async def _call(self, path: str, body: bytes, *, key: str | None,
                     retry: bool = True) -> bytes:
-        """POST to the ingress; retry transport failures with the same idempotency key."""
+        """POST to the ingress; retry transport failures (with the same idempotency key).
+
+        ``key=None`` is only for reads, which are safe to repeat without one.
+        """
         http = self._client()
         headers = {"content-type": "application/json"} if body else {}
         if key is not None:
@@ -146,7 +152,7 @@ class RestateBackend(Backend):
             try:
                 r = await http.post(f"{self.ingress}{path}", content=body, headers=headers)
             except httpx.TransportError as exc:
-                if not retry or key is None or time.monotonic() > deadline:
+                if not retry or time.monotonic() > deadline:
                     raise BackendUnavailable(
                         f"{self.url}: Restate ingress unreachable ({exc!r}); the command was "
                         f"not confirmed (retry with the same call: it is idempotent)",
@@ -159,8 +165,7 @@ class RestateBackend(Backend):
             err = _error(r)
             if err is not None:
                 raise err
-            if r.status_code in (502, 503, 504) and retry and key is not None \
-                    and time.monotonic() <= deadline:
+            if r.status_code in (502, 503, 504) and retry and time.monotonic() <= deadline:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
                 continue
@@ -182,8 +187,7 @@ class RestateBackend(Backend):
         return outcome
 
     async def load(self, work_id: str) -> WorkState | None:
-        raw = await self._call(f"/{LEDGER}/{quote(work_id, safe='')}/load", b"",
-                               key=uuid.uuid4().hex)
+        raw = await self._call(f"/{LEDGER}/{quote(work_id, safe='')}/load", b"", key=None)
         if not raw:
             return None
         state = codec.loads(raw)
@@ -299,6 +303,7 @@ class RestateBackend(Backend):
         pid = uuid.uuid4().hex
         pending = Pending(fn)
         PENDING[pid] = pending
+        self._inflight[pid] = call
         body = json.dumps({"id": pid, "work_id": call.work_id, "attempt": call.attempt,
                            "token": call.token, "step": call.step,
                            "input_key": call.input_key}).encode()
@@ -307,13 +312,43 @@ class RestateBackend(Backend):
         except asyncio.CancelledError:
             pending.cancel()
             raise
-        except OutliveError:
+        except OutliveError as exc:
+            pending.cancel()  # the invocation ended without the body: never let it finish
             if pending.error is not None:
                 raise pending.error from None
+            if pid in self._revoked:
+                raise StaleOwner(
+                    f"Restate refused step {call.step!r} of attempt #{call.attempt}: its "
+                    f"invocation was killed when the attempt was revoked", token=call.token,
+                    attempt=call.attempt, engine="restate") from exc
             raise
         finally:
             PENDING.pop(pid, None)
+            self._inflight.pop(pid, None)
+            self._revoked.discard(pid)
         return codec.loads(raw)
+
+    async def revoke_steps(self, work_id: str, attempt: int) -> int:
+        """Kill the running step invocations of ``attempt`` (Restate's own fence); how many.
+
+        Restate then refuses their completions natively: a late ``ctx.run_typed`` result of a
+        killed invocation is never journaled, and ``run_step`` raises ``StaleOwner``. Only
+        steps started through this backend object are known here (the bodies live here).
+        """
+        http = self._client()
+        pids = [p for p, c in self._inflight.items()
+                if c.work_id == work_id and c.attempt == attempt]
+        killed = 0
+        for pid in pids:
+            q = (f"SELECT id FROM sys_invocation WHERE target_service_name = "
+                 f"'{self._steps_name}' AND idempotency_key = '{pid}' AND status != 'completed'")
+            r = await http.post(f"{self.admin}/query", json={"query": q},
+                                headers={"accept": "application/json"})
+            for row in r.json().get("rows", []) if r.status_code == 200 else []:
+                self._revoked.add(pid)
+                k = await http.patch(f"{self.admin}/invocations/{row['id']}/kill")
+                killed += int(k.status_code < 300)
+        return killed
 
 
 def _error(r: httpx.Response) -> OutliveError | None:

@@ -58,6 +58,10 @@ ledger_object = restate.VirtualObject(
     invocation_retry_policy=InvocationRetryPolicy(
         initial_interval=timedelta(milliseconds=50), max_interval=timedelta(seconds=2),
         max_attempts=200, on_max_attempts="pause"),
+    # The state is the record; a finished command's journal is not needed. Completions are
+    # kept for the idempotency window in which a client retries a command (seconds).
+    journal_retention=timedelta(0),
+    idempotency_retention=timedelta(minutes=10),
 )
 
 

@@ -1,0 +1,211 @@
+"""The backend's contract on a real Restate server, through outlive's Controller and Worker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from outlive_restate import RestateBackend
+from outlive_restate.server import RestateServer
+
+import outlive
+from outlive import Contract, Controller, MemoryReceiver, StrictCurrent, Worker
+from outlive import ledger as L
+from outlive.backend import StepCall
+from outlive.hashing import content_hash
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+V1 = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.1 million.",
+      "s3": "Costs fell by 3 percent.", "s4": "Outlook: cautious."}
+V2 = {**V1, "s2": "Revenue was 4.7 million."}
+CONTRACT = Contract(name="form", version="1", assessor="test")
+
+
+def ok(_c: Any, _v: Any) -> tuple[bool, str]:
+    return True, "complete"
+
+
+def wid() -> str:
+    return f"test/{uuid.uuid4().hex[:10]}/digest/q3-report"
+
+
+@pytest.fixture(scope="module")
+async def backend(restate_url: str) -> AsyncIterator[outlive.Backend]:
+    b = await outlive.open_backend(restate_url)
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def _open(b: outlive.Backend, w: str) -> Controller:
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work(w)
+    await ctl.publish(w, "v1", V1)
+    return ctl
+
+
+async def test_url_resolves_through_entry_points(backend: outlive.Backend) -> None:
+    assert isinstance(backend, RestateBackend)
+    assert backend.ingress.startswith("http://127.0.0.1:")
+
+
+async def test_fencing_restore_accept_effect(backend: outlive.Backend) -> None:
+    w = wid()
+    ctl = await _open(backend, w)
+    calls: list[tuple[int, str]] = []
+
+    def model(attempt: int) -> Any:
+        def f(**kw: str) -> dict[str, Any]:
+            (name, text), = kw.items()
+            calls.append((attempt, name))
+            return {"summary": text[:12], "by": attempt}
+        return f
+
+    a1 = await ctl.admit(w)
+    w1 = Worker(backend, a1, V1, clock=lambda: 1)
+    await w1.start()
+    for k in ("s1", "s2"):
+        await w1.step(k, model(1), **{k: V1[k]})
+    # input changes, #1 goes silent, #2 admitted on v2
+    await ctl.publish(w, "v2", V2)
+    await backend.execute(w, L.MarkUnknown(attempt=a1.number, at=5))
+    a2 = await ctl.admit(w)
+    assert a2.token == a1.token + 1 and a2.pinned_version == "v2"
+    before = await backend.load(w)
+    assert before is not None
+    with pytest.raises(outlive.StaleOwner):
+        await w1.step("s3", model(1), s3=V1["s3"])
+    after = await backend.load(w)
+    assert after == before, "a rejected write changed the ledger"
+    w2 = Worker(backend, a2, V2, clock=lambda: 6)
+    await w2.start()
+    for k in V2:
+        await w2.step(k, model(2), **{k: V2[k]})
+    assert w2.steps["s1"].restored and not w2.steps["s2"].restored
+    assert [c for c in calls if c[0] == 2] == [(2, "s2"), (2, "s3"), (2, "s4")]
+    cand = await w2.candidate({"text": "digest v2"})
+    acc = await ctl.assess(w, cand.digest, CONTRACT, ok)
+    assert acc.version == "v2"
+    feed = MemoryReceiver()
+    key = f"announce:{w}:{cand.digest}"
+    r1 = await w2.effect(key, {"msg": "hi"}, lambda k, p: feed.receive(k, p, lambda _p: "P1"))
+    r2 = await w2.effect(key, {"msg": "hi"}, lambda k, p: feed.receive(k, p, lambda _p: "P2"))
+    assert r1.effect_id == r2.effect_id == "P1" and len(feed.applied) == 1
+    dep = await ctl.dependable(w, StrictCurrent())
+    assert dep is not None and dep.version == "v2"
+    assert w in await backend.works()
+
+
+async def test_forged_token_wrong_version_oversized_write_nothing(backend: outlive.Backend) -> None:
+    w = wid()
+    ctl = await _open(backend, w)
+    a1 = await ctl.admit(w)
+    st0 = await backend.load(w)
+    with pytest.raises(outlive.UnknownToken):
+        await backend.execute(w, L.Heartbeat(attempt=a1.number, token=a1.token + 7, at=1))
+    big = "x" * (L.MAX_PAYLOAD_BYTES + 10)
+    src = {"s1": content_hash(V1["s1"])}
+    from outlive.hashing import input_key
+    write = L.StepWrite(step="s1", sources=src, input_key=input_key("s1", src), result=big,
+                        result_id="r1")
+    with pytest.raises(outlive.errors.PayloadTooLarge):
+        await backend.execute(w, L.RecordSteps(attempt=1, token=a1.token, entries=(write,), at=1))
+    # a step that read v2's section while pinned to v1
+    src2 = {"s2": content_hash(V2["s2"])}
+    w2 = L.StepWrite(step="s2", sources=src2, input_key=input_key("s2", src2), result="r",
+                     result_id="r2")
+    with pytest.raises(outlive.VersionMismatch):
+        await backend.execute(w, L.RecordSteps(attempt=1, token=a1.token, entries=(w2,), at=1))
+    assert await backend.load(w) == st0, "a rejected command wrote something"
+    # a candidate built for v1 once v2 is current: refused at acceptance, nothing written
+    wk = Worker(backend, a1, V1, clock=lambda: 2)
+    await wk.start()
+    await wk.step("s1", lambda s1: {"s": s1[:5]}, s1=V1["s1"])
+    cand = await wk.candidate({"text": "v1 digest"})
+    await ctl.publish(w, "v2", V2)
+    st1 = await backend.load(w)
+    with pytest.raises(outlive.VersionMismatch):
+        await ctl.assess(w, cand.digest, CONTRACT, ok)
+    with pytest.raises(outlive.VersionMismatch):  # even bypassing the controller's pre-check
+        await backend.execute(w, L.Accept(digest=cand.digest, contract=CONTRACT, verdict=True,
+                                          at=3))
+    assert await backend.load(w) == st1
+
+
+async def test_every_rejection_keeps_its_class(backend: outlive.Backend) -> None:
+    w = wid()
+    with pytest.raises(outlive.errors.NotFound):
+        await backend.execute(w, L.Admit(at=0))
+    ctl = await _open(backend, w)
+    with pytest.raises(outlive.errors.InputConflict):
+        await ctl.publish(w, "v1", V2)
+    with pytest.raises(outlive.errors.WorkExists):
+        await backend.execute(w, L.OpenWork(policy=outlive.Policy(fencing=False)))
+    await ctl.admit(w)
+    with pytest.raises(outlive.errors.AttemptActive):
+        await ctl.admit(w)
+    assert await backend.load(f"{w}/never-opened") is None
+
+
+async def test_garbage_on_the_wire_is_invalid_record(backend: outlive.Backend,
+                                                     restate_server: RestateServer) -> None:
+    w = wid()
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{restate_server.ingress}/outlive_ledger/{w.replace('/', '%2F')}"
+                            f"/execute", content=b'{"@t":"Nope","v":{}}',
+                            headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "InvalidRecord" in r.text
+    assert await backend.load(w) is None
+
+
+async def test_concurrent_commands_on_one_work_are_serialised(backend: outlive.Backend) -> None:
+    w = wid()
+    ctl = await _open(backend, w)
+    a = await ctl.admit(w)
+    await asyncio.gather(*(backend.execute(w, L.Heartbeat(attempt=a.number, token=a.token, at=i))
+                           for i in range(40)))
+    st = await backend.load(w)
+    assert st is not None
+    att = st.attempt(a.number)
+    assert att is not None and att.heartbeats == 40, "lost updates: exclusive handler broken?"
+
+
+async def test_step_runs_once_and_body_errors_keep_their_type(backend: outlive.Backend) -> None:
+    runs = 0
+
+    async def body() -> dict[str, int]:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(0.3)  # held: longer than a round trip
+        return {"n": runs}
+
+    call = StepCall(work_id=wid(), attempt=1, token=1, step="s1", input_key="k")
+    assert await backend.run_step(call, body) == {"n": 1}
+    assert runs == 1
+
+    class Boom(Exception):
+        pass
+
+    async def bad() -> None:
+        raise Boom("model down")
+
+    with pytest.raises(Boom):
+        await backend.run_step(call, bad)
+
+
+async def test_unreachable_server_is_backend_unavailable() -> None:
+    from outlive_restate.backend import free_port
+    url = f"restate://127.0.0.1:{free_port()}?admin={free_port()}"
+    with pytest.raises(outlive.errors.BackendUnavailable, match="unreachable"):
+        await outlive.open_backend(url)
+
+
+async def test_bad_url_is_config_error() -> None:
+    with pytest.raises(outlive.errors.ConfigError):
+        RestateBackend("restate://?admin=x")
