@@ -130,3 +130,35 @@ async def test_a_corrupt_row_is_a_typed_error(tmp_path: Path) -> None:
 async def test_missing_directory_is_backend_unavailable(tmp_path: Path) -> None:
     with pytest.raises(outlive.errors.BackendUnavailable):
         await outlive.open_backend(f"sqlite:///{tmp_path}/no/such/dir/o.db")
+
+
+HAMMER = textwrap.dedent("""
+    import asyncio, sys
+    import outlive
+    from outlive import ledger as L
+    async def main():
+        b = await outlive.open_backend(sys.argv[1])
+        st = await b.load("w")
+        att = st.attempts[0]
+        for i in range(int(sys.argv[2])):
+            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=i))
+        await b.close()
+    asyncio.run(main())
+""")
+
+
+async def test_concurrent_processes_lose_no_command(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    b = await outlive.open_backend(url)
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", {"s1": "x"})
+    await ctl.admit("w")
+    before = await b.load("w")
+    assert before is not None
+    procs = [subprocess.Popen([sys.executable, "-c", HAMMER, url, "150"]) for _ in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    after = await b.load("w")
+    await b.close()
+    assert after is not None
+    assert after.seq - before.seq == 450 and after.attempts[0].heartbeats == 450

@@ -6,9 +6,9 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from outlive_conformance.scenario import SWITCHES, Switches, all_switches, load_scenario, q3_report
 
 from outlive.errors import ScenarioError
+from outlive_conformance.scenario import SWITCHES, Switches, all_switches, load_scenario, q3_report
 
 TEXT = (resources.files("outlive_conformance") / "scenarios" / "q3-report.toml").read_text()
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from outlive_conformance.scenario import q3_report
-from outlive_conformance.sweep import check_claims, sweep
 
 import outlive
+from outlive_conformance.scenario import q3_report
+from outlive_conformance.sweep import check_claims, sweep
 
 
 @pytest.mark.sweep

@@ -9,9 +9,11 @@ whenever another process moved ``seq``. A killed process loses nothing a command
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import threading
+import time
 from dataclasses import replace
 from urllib.parse import urlsplit
 
@@ -59,6 +61,8 @@ class SqliteBackend(Backend):
         self._conn: sqlite3.Connection | None = None
         self._cache: dict[str, tuple[int, WorkState]] = {}
         self._lock = threading.Lock()
+        #: Seconds to wait for another process's write lock before BackendUnavailable.
+        self.lock_timeout = 30.0
 
     async def start(self) -> None:
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -66,7 +70,7 @@ class SqliteBackend(Backend):
             raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=30)
+                                   timeout=0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
@@ -126,11 +130,16 @@ class SqliteBackend(Backend):
         conn.executemany("INSERT INTO outlive_journal (work_id, seq, entry) VALUES (?,?,?)",
                          [(work_id, e.seq, _codec.dumps(e)) for e in new.journal[before:]])
 
-    def _execute(self, work_id: str, command: Command) -> Outcome:
+    def _execute(self, work_id: str, command: Command) -> Outcome | None:
+        """One attempt at the transaction; None if another process holds the write lock."""
         conn = self._db()
         with self._lock:
             try:
                 conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return None
+                raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
             except sqlite3.DatabaseError as exc:
                 raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
             try:
@@ -148,10 +157,23 @@ class SqliteBackend(Backend):
             return outcome
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
-        try:
-            return self._execute(work_id, command)
-        except sqlite3.DatabaseError as exc:
-            raise InvalidRecord(f"{self.path}: database error: {exc}", path=self.path) from exc
+        """Never blocks the event loop on another process's lock: it yields and retries."""
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.0005
+        while True:
+            try:
+                out = self._execute(work_id, command)
+            except sqlite3.DatabaseError as exc:
+                raise InvalidRecord(f"{self.path}: database error: {exc}",
+                                    path=self.path) from exc
+            if out is not None:
+                return out
+            if time.monotonic() > deadline:
+                raise BackendUnavailable(
+                    f"{self.path}: the write lock was held by another process for over "
+                    f"{self.lock_timeout:.0f} s; nothing was written", path=self.path)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     async def load(self, work_id: str) -> WorkState | None:
         conn = self._db()

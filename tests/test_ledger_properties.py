@@ -1,0 +1,123 @@
+"""Random command sequences against the pure ledger: the protections hold whatever the order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from outlive import errors as E
+from outlive import ledger as L
+from outlive.hashing import content_hash, input_key
+from outlive.records import Contract, Part, Policy, Receipt, WorkState
+
+C = Contract(name="c", version="1", assessor="t")
+TEXTS = {"v1": {"a": "A1", "b": "B1"}, "v2": {"a": "A1", "b": "B2"}}
+
+
+def step_write(att: int, tok: int, step: str, ver: str) -> L.RecordSteps:
+    src = {step: content_hash(TEXTS[ver][step])}
+    key = input_key(step, src)
+    return L.RecordSteps(attempt=att, token=tok, at=0, entries=(L.StepWrite(
+        step=step, sources=src, input_key=key, result=f"{step}-{ver}-{att}",
+        result_id=L.result_id("w", step, key, att)),))
+
+
+WHO = st.integers(0, 2)                        # 0 = the newest attempt, 1 = the one before...
+TOK = st.sampled_from(["own", "own", "own", "forged", "other"])
+
+ops = st.one_of(
+    st.tuples(st.just("admit")),
+    st.tuples(st.just("unknown"), WHO),
+    st.tuples(st.just("publish"), st.sampled_from(["v1", "v2"])),
+    st.tuples(st.just("write"), WHO, TOK, st.sampled_from("ab"), st.sampled_from(["v1", "v2"])),
+    st.tuples(st.just("write"), WHO, TOK, st.sampled_from("ab"), st.sampled_from(["v1", "v2"])),
+    st.tuples(st.just("write"), WHO, TOK, st.sampled_from("ab"), st.sampled_from(["v1", "v2"])),
+    st.tuples(st.just("candidate"), WHO, TOK),
+    st.tuples(st.just("candidate"), WHO, TOK),
+    st.tuples(st.just("accept"), st.integers(0, 5)),
+    st.tuples(st.just("accept"), st.integers(0, 5)),
+    st.tuples(st.just("intent"), WHO, TOK, st.sampled_from("xy")),
+    st.tuples(st.just("confirm"), WHO, TOK, st.sampled_from("xy")),
+    st.tuples(st.just("finish"), WHO, TOK),
+)
+
+
+def who(state: WorkState, i: int, mode: str) -> tuple[int, int]:
+    """(attempt number, token) for an op: the attempt's own token, a forged one, or another's."""
+    if not state.attempts:
+        return 1, 1
+    att = state.attempts[max(0, len(state.attempts) - 1 - i)]
+    if mode == "forged":
+        return att.number, state.epoch + 1
+    if mode == "other":
+        return att.number, state.attempts[-1].token if att.number != state.attempts[-1].number \
+            else att.token - 1
+    return att.number, att.token
+
+
+def build(state: WorkState, op: tuple[Any, ...]) -> L.Command:
+    kind = op[0]
+    if kind == "admit":
+        return L.Admit(at=0)
+    if kind == "unknown":
+        return L.MarkUnknown(attempt=who(state, op[1], "own")[0], at=0)
+    if kind == "publish":
+        return L.PublishInput(version=op[1], parts={k: content_hash(v)
+                                                    for k, v in TEXTS[op[1]].items()}, at=0)
+    if kind == "accept":
+        cands = state.candidates
+        digest = cands[op[1] % len(cands)].digest if cands else "0" * 64
+        return L.Accept(digest=digest, contract=C, verdict=True, at=0)
+    att, tok = who(state, op[1], op[2])
+    if kind == "write":
+        return step_write(att, tok, op[3], op[4])
+    if kind == "candidate":
+        mine = [e for e in state.journal if e.attempt == att]
+        parts = tuple(Part(step=e.step, input_key=e.input_key, sources=e.sources,
+                           result_id=e.result_id) for e in mine) or (
+            Part(step="a", input_key=None, sources={}, result_id="missing"),)
+        rec = state.attempt(att)
+        ver = rec.pinned_version if rec else None
+        content = {"n": len(mine)}
+        return L.SubmitCandidate(attempt=att, token=tok, parts=parts, content=content, at=0,
+                                 digest=L.candidate_digest("w", ver, parts, content))
+    if kind == "intent":
+        return L.RecordIntent(attempt=att, token=tok, op_key=op[3], payload_digest="p",
+                              sent_key=op[3], at=0)
+    if kind == "confirm":
+        return L.ConfirmEffect(attempt=att, token=tok, op_key=op[3], at=0,
+                               receipt=Receipt(effect_id="P", duplicate=False, key=op[3]))
+    return L.Finish(attempt=att, token=tok, at=0)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(ops, min_size=5, max_size=60))
+def test_protections_hold_for_any_sequence(seq: list[tuple[Any, ...]]) -> None:
+    state, _ = L.apply(None, L.OpenWork(policy=Policy()), work_id="w")
+    state, _ = L.apply(state, L.PublishInput(version="v1", parts={
+        k: content_hash(v) for k, v in TEXTS["v1"].items()}, at=0))
+    state, first = L.apply(state, L.Admit(at=0))
+    issued: list[int] = [first.record.token]
+    for op in seq:
+        cmd = build(state, op)
+        try:
+            new, out = L.apply(state, cmd)
+        except E.OutliveError:
+            continue   # a rejection: `state` is untouched by construction (immutable)
+        assert new.epoch >= state.epoch
+        assert new.journal[:len(state.journal)] == state.journal          # append-only
+        assert new.acceptances[:len(state.acceptances)] == state.acceptances
+        token = getattr(cmd, "token", None)
+        if token is not None and new is not state and not isinstance(cmd, L.Heartbeat):
+            assert token == state.epoch, "a write landed with a token that is not the epoch"
+        for acc in new.acceptances[len(state.acceptances):]:
+            cand = new.candidate(acc.digest)
+            assert cand is not None and acc.version == new.current_version
+            assert cand.token == new.epoch
+        if isinstance(cmd, L.Admit):
+            issued.append(out.record.token)
+        state = new
+    assert issued == sorted(set(issued))
+    assert state.stale_writes_applied == 0
