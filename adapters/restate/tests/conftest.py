@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 from outlive_restate.server import RestateServer
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
-from outlive_restate import RestateBackend
-from outlive_restate.server import RestateServer
 
 import outlive
 from outlive import Contract, Controller, MemoryReceiver, StrictCurrent, Worker
 from outlive import ledger as L
 from outlive.backend import StepCall
 from outlive.hashing import content_hash
+from outlive_restate import RestateBackend
+from outlive_restate.server import RestateServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

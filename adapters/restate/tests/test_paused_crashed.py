@@ -19,11 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
-from outlive_restate import RestateBackend
 
 import outlive
 from outlive import Controller, Policy, Worker
 from outlive import ledger as L
+from outlive_restate import RestateBackend
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

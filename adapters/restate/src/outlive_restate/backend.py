@@ -160,7 +160,7 @@ class RestateBackend(Backend):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
                 continue
-            if r.status_code == 200:
+            if r.status_code in (200, 202):  # 202: a delayed send was accepted
                 return r.content
             err = _error(r)
             if err is not None:
@@ -257,7 +257,7 @@ class RestateBackend(Backend):
         config.graceful_timeout = 0.2
         self._steps_stop = asyncio.Event()
         self._steps_task = asyncio.ensure_future(
-            serve(app, config, shutdown_trigger=self._steps_stop.wait))  # type: ignore[arg-type]
+            serve(app, config, shutdown_trigger=self._steps_stop.wait))
         deadline = time.monotonic() + 10
         while True:
             try:

@@ -110,7 +110,7 @@ class RestateServer:
             "RESTATE_DISABLE_TELEMETRY": "true",
         })
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.base_dir / "server.log", "ab")  # noqa: SIM115 - owned by the process
+        log = open(self.base_dir / "server.log", "ab")
         self.server = subprocess.Popen(
             [str(self.binary), "--base-dir", str(self.base_dir), "--no-logo",
              "--listen-mode", "tcp"],
@@ -125,7 +125,7 @@ class RestateServer:
                "--bind", f"127.0.0.1:{self.deployment_port}"]
         if self.protocol:
             cmd += ["--protocol", self.protocol]
-        log = open(self.base_dir / "deployment.log", "ab")  # noqa: SIM115
+        log = open(self.base_dir / "deployment.log", "ab")
         self.deployment = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL)
         log.close()
