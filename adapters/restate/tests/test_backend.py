@@ -209,3 +209,32 @@ async def test_unreachable_server_is_backend_unavailable() -> None:
 async def test_bad_url_is_config_error() -> None:
     with pytest.raises(outlive.errors.ConfigError):
         RestateBackend("restate://?admin=x")
+
+
+async def test_effect_to_a_restate_handler_uses_the_operation_key(
+        backend: outlive.Backend, restate_server: RestateServer) -> None:
+    from outlive_restate.effects import http_sender, restate_sender
+    feed = f"feed-{uuid.uuid4().hex[:8]}"
+    send = restate_sender(restate_server.ingress, "outlive_feed", "post", key=feed)
+    op = f"announce:digest/q3-report:{uuid.uuid4().hex}"
+    r1 = await send(op, {"msg": "digest"})
+    r2 = await send(op, {"msg": "digest"})  # the resend of an unconfirmed post
+    assert r1.effect_id == r2.effect_id == "P1" and not r1.duplicate and r2.duplicate
+    r3 = await send(f"{op}:attempt-2", {"msg": "digest"})  # a per-attempt key: posted twice
+    assert r3.effect_id == "P2" and not r3.duplicate
+    hs = http_sender(f"{restate_server.ingress}/outlive_feed/{feed}/post")
+    h1 = await hs("other-op", {"msg": "x"})
+    h2 = await hs("other-op", {"msg": "x"})  # the Idempotency-Key header, honoured by Restate
+    assert h1.effect_id == h2.effect_id == "P3"
+    async with httpx.AsyncClient() as http:
+        posts = (await http.post(f"{restate_server.ingress}/outlive_feed/{feed}/posts")).json()
+    assert [p["effect_id"] for p in posts] == ["P1", "P2", "P3"]
+    # through the worker: intent, send with the key, confirmation
+    w = wid()
+    ctl = await _open(backend, w)
+    a = await ctl.admit(w)
+    wk = Worker(backend, a, V1, clock=lambda: 1)
+    await wk.start()
+    rec = await wk.effect(f"announce:{w}:d", {"msg": "hi"}, send)
+    st = await backend.load(w)
+    assert st is not None and st.effects[0].receipt == rec and rec.key == f"announce:{w}:d"

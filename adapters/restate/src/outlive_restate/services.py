@@ -35,6 +35,7 @@ from outlive.records import AttemptState
 
 __all__ = [
     "ERROR_PREFIX",
+    "FEED",
     "LEDGER",
     "PENDING",
     "Pending",
@@ -45,6 +46,8 @@ __all__ = [
 
 #: Name of the ledger Virtual Object.
 LEDGER = "outlive_ledger"
+#: Name of the example receiver (a feed) served beside the ledger.
+FEED = "outlive_feed"
 #: TerminalError messages that carry a typed outlive error start with this.
 ERROR_PREFIX = "outlive-error:"
 
@@ -126,9 +129,32 @@ async def suspect(ctx: restate.ObjectContext, req: bytes) -> bytes:
     return b'{"kind":"unknown"}'
 
 
+#: An example receiver that is itself a Restate handler: a feed keyed by name. Restate dedupes
+#: calls by idempotency key (outlive sends the operation key) for ``idempotency_retention``.
+feed_object = restate.VirtualObject(
+    FEED, description="outlive example receiver: posts to a feed, once per idempotency key",
+    idempotency_retention=timedelta(hours=24))
+
+
+@feed_object.handler(kind="exclusive")
+async def post(ctx: restate.ObjectContext, payload: Any) -> dict[str, Any]:
+    """Apply the post; the effect id is written with the effect, atomically."""
+    posts: list[Any] = await ctx.get("posts", type_hint=list) or []
+    effect_id = f"P{len(posts) + 1}"
+    posts.append({"effect_id": effect_id, "payload": payload})
+    ctx.set("posts", posts)
+    return {"effect_id": effect_id}
+
+
+@feed_object.handler(kind="shared")
+async def posts(ctx: restate.ObjectSharedContext) -> list[Any]:
+    got: list[Any] = await ctx.get("posts", type_hint=list) or []
+    return got
+
+
 def ledger_app(protocol: str | None = None) -> Any:
     """The ASGI app a deployment process serves (``python -m outlive_restate.deployment``)."""
-    return restate.app([ledger_object], protocol=protocol)  # type: ignore[arg-type]
+    return restate.app([ledger_object, feed_object], protocol=protocol)  # type: ignore[arg-type]
 
 
 # -- steps ---------------------------------------------------------------------------------------
