@@ -82,6 +82,11 @@ class RestateBackend(Backend):
         q = parse_qs(urlsplit(url).query)
         if "retry_for" in q:
             self.retry_for = float(q["retry_for"][0])
+        #: How Restate talks to this process's step service: "bidi" (h2c, the default) or
+        #: "request_response" (HTTP/1.1; replays the journal at each step: slower).
+        self.steps_protocol = q.get("steps_protocol", ["bidi"])[0]
+        if self.steps_protocol not in ("bidi", "request_response"):
+            raise ConfigError(f"{url}: steps_protocol is bidi or request_response", url=url)
         self._http: httpx.AsyncClient | None = None
         self._steps_name = f"outlive_steps_{uuid.uuid4().hex[:12]}"
         self._steps_lock = asyncio.Lock()
@@ -248,7 +253,8 @@ class RestateBackend(Backend):
         from hypercorn.config import Config
 
         http = self._client()
-        app = restate.app([make_step_service(self._steps_name)])
+        app = restate.app([make_step_service(self._steps_name)],
+                          protocol=self.steps_protocol)  # type: ignore[arg-type]
         port = free_port()
         config = Config()
         config.bind = [f"127.0.0.1:{port}"]
@@ -271,7 +277,8 @@ class RestateBackend(Backend):
                 await asyncio.sleep(0.02)
         try:
             r = await http.post(f"{self.admin}/deployments",
-                                json={"uri": f"http://127.0.0.1:{port}", "force": True})
+                                json={"uri": f"http://127.0.0.1:{port}", "force": True,
+                                      "use_http_11": self.steps_protocol == "request_response"})
         except httpx.HTTPError as exc:
             raise BackendUnavailable(f"{self.url}: admin unreachable ({exc!r})") from exc
         if r.status_code not in (200, 201):

@@ -1,0 +1,163 @@
+"""``make bench-restate``: an outlive step against a raw ``ctx.run_typed`` step, one server.
+
+Side by side on the same Restate server and the same in-process h2c deployment:
+
+* raw step   - one ingress call to a handler that runs one ``ctx.run_typed`` (the natural
+               "one durable step" a Restate user writes per unit of work);
+* outlive step - ``Worker.step``: the body as a ``ctx.run_typed`` entry (one invocation) plus the
+               fenced journal write (one exclusive ledger invocation: get, apply, set);
+* floor      - ``ctx.run_typed`` inside one already-running invocation (no ingress at all);
+* ledger command alone, with and without an idempotency key.
+
+Then the same for a request-response (HTTP/1.1) step service. Prints a table, writes
+``.bench/restate.json``. Wall-clock numbers for this machine; medians of N sequential calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import outlive
+from outlive import Controller, Worker
+from outlive import ledger as L
+
+from .backend import RestateBackend
+from .server import RestateServer
+
+__all__ = ["main", "measure"]
+
+N = 200
+
+
+async def _timed(n: int, fn: Callable[[int], Awaitable[Any]]) -> list[float]:
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        await fn(i)
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    return {"median_ms": round(statistics.median(xs), 3),
+            "p95_ms": round(xs[int(len(xs) * 0.95) - 1], 3), "n": len(xs)}
+
+
+async def measure(url: str, n: int = N) -> dict[str, Any]:
+    """Per-step costs on the server at ``url`` (already serving the outlive deployment)."""
+    b = await outlive.open_backend(url)
+    assert isinstance(b, RestateBackend)
+    res: dict[str, Any] = {}
+    try:
+        await b._ensure_steps()
+        http = httpx.AsyncClient(timeout=30)
+        hdr = {"content-type": "application/json"}
+
+        async def raw(i: int) -> None:
+            r = await http.post(f"{b.ingress}/{b.step_service}/raw", content=b"1", headers=hdr)
+            assert r.status_code == 200
+
+        await _timed(20, raw)  # warm up
+        res["raw_step"] = _stats(await _timed(n, raw))
+
+        w = f"bench/{uuid.uuid4().hex[:8]}"
+        parts = {f"s{i}": f"section {i}" for i in range(n + 20)}
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work(w)
+        await ctl.publish(w, "v1", parts)
+        a = await ctl.admit(w)
+        wk = Worker(b, a, parts, clock=lambda: 1)
+        await wk.start()
+
+        async def body(**kw: str) -> dict[str, str]:
+            return {"summary": next(iter(kw.values()))[:8]}
+
+        async def step(i: int) -> None:
+            name = f"s{i}"
+            await wk.step(name, body, **{name: parts[name]})
+
+        await _timed(20, lambda i: step(n + i))
+        res["outlive_step"] = _stats(await _timed(n, step))
+
+        async def loop(_i: int) -> None:
+            r = await http.post(f"{b.ingress}/{b.step_service}/raw_loop",
+                                content=json.dumps({"n": n}).encode(), headers=hdr)
+            assert r.status_code == 200
+
+        whole = await _timed(3, loop)
+        res["floor_run_typed_in_one_invocation"] = {"median_ms": round(
+            statistics.median(whole) / n, 3), "n": n * 3}
+
+        w2 = f"bench/{uuid.uuid4().hex[:8]}"
+        await ctl.open_work(w2)
+        await ctl.publish(w2, "v1", {"s": "x"})
+        a2 = await ctl.admit(w2)
+
+        async def beat(i: int) -> None:
+            await b.execute(w2, L.Heartbeat(attempt=a2.number, token=a2.token, at=i))
+
+        res["ledger_command"] = _stats(await _timed(n, beat))
+        b_key = b.retry_for
+        res["ledger_command_no_idempotency_key"] = _stats(await _timed(n, lambda i: _plain(
+            http, b, w2, a2.number, a2.token, i)))
+        del b_key
+
+        async def load(_i: int) -> None:
+            await b.load(w2)
+
+        res["ledger_read"] = _stats(await _timed(n, load))
+        await http.aclose()
+    finally:
+        await b.close()
+    res["ratio_outlive_vs_raw"] = round(
+        res["outlive_step"]["median_ms"] / res["raw_step"]["median_ms"], 2)
+    return res
+
+
+async def _plain(http: httpx.AsyncClient, b: RestateBackend, w: str, att: int, tok: int,
+                 i: int) -> None:
+    from urllib.parse import quote
+
+    from outlive import codec
+    body = codec.dumps(L.Heartbeat(attempt=att, token=tok, at=i)).encode()
+    r = await http.post(f"{b.ingress}/outlive_ledger/{quote(w, safe='')}/execute", content=body,
+                        headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    n = int(argv[0]) if argv else N
+    print(f"outlive on Restate: per-step cost, median of {n} sequential calls")
+    report: dict[str, Any] = {}
+    with RestateServer() as srv:
+        report["bidi"] = asyncio.run(measure(srv.url, n))
+        report["request_response"] = asyncio.run(
+            measure(srv.url + "&steps_protocol=request_response", n))
+    print(f"{'measure':42} {'bidi (h2c)':>14} {'request-resp.':>14}")
+    for k, v in report["bidi"].items():
+        if isinstance(v, dict):
+            rr = report["request_response"][k]["median_ms"]
+            print(f"{k:42} {v['median_ms']:>11.2f} ms {rr:>11.2f} ms")
+    print(f"{'ratio outlive step / raw ctx.run_typed step':42} "
+          f"{report['bidi']['ratio_outlive_vs_raw']:>13}x "
+          f"{report['request_response']['ratio_outlive_vs_raw']:>13}x   (target <= 1.25x)")
+    out = Path(".bench")
+    out.mkdir(exist_ok=True)
+    (out / "restate.json").write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
