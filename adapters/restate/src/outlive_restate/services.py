@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from restate.serde import BytesSerde
 from outlive import codec
 from outlive import ledger as L
 from outlive.errors import InvalidRecord, OutliveError, Rejected
-from outlive.records import AttemptState
+from outlive.records import AttemptState, WorkState
 
 __all__ = [
     "ERROR_PREFIX",
@@ -52,7 +52,6 @@ FEED = "outlive_feed"
 ERROR_PREFIX = "outlive-error:"
 
 _B = BytesSerde()
-_STATE = "state"
 
 ledger_object = restate.VirtualObject(
     LEDGER,
@@ -74,15 +73,87 @@ def _terminal(exc: OutliveError) -> restate.TerminalError:
                                  status_code=code)
 
 
-async def _apply(ctx: restate.ObjectContext, cmd: L.Command) -> bytes:
-    raw = await ctx.get(_STATE, serde=_B)
+# Storage layout in the object's K/V state (one Virtual Object per work):
+#   "core"  -> {"n": journal length, "s": the WorkState without its journal}  (rewritten)
+#   "j/<i>" -> journal entry i                                              (written once)
+# The journal is append-only in the ledger, so a command writes the small core and only the new
+# entries, never the whole history again. Both live in the same invocation's state, so they
+# commit together or not at all. Decoded states are cached in-process; the stored bytes stay the
+# only truth (the cache is used only when the core Restate hands us is byte-for-byte the one the
+# cached state was read or written with).
+_CORE = "core"
+_DECODED: dict[str, tuple[bytes, WorkState]] = {}
+_CACHE_MAX = 4096
+
+
+def _remember(key: str, core: bytes, state: WorkState) -> None:
+    if key not in _DECODED and len(_DECODED) >= _CACHE_MAX:
+        _DECODED.pop(next(iter(_DECODED)))
+    _DECODED[key] = (core, state)
+
+
+async def _read(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> WorkState | None:
+    key = ctx.key()
+    core = await ctx.get(_CORE, serde=_B)
+    if not core:
+        return None
+    hit = _DECODED.get(key)
+    if hit is not None and hit[0] == core:
+        return hit[1]
     try:
-        state = codec.loads(raw) if raw else None
+        head = json.loads(core)
+        base = codec.decode(head["s"])
+        entries = []
+        for i in range(int(head["n"])):
+            raw = await ctx.get(f"j/{i}", serde=_B)
+            if raw is None:
+                raise InvalidRecord(f"journal entry {i} of {key!r} is missing", work_id=key)
+            entries.append(codec.loads(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidRecord(f"the stored ledger of {key!r} is corrupt: {exc}",
+                            work_id=key) from exc
+    if not isinstance(base, WorkState) or base.work_id != key:
+        raise InvalidRecord(f"the stored ledger of {key!r} is corrupt", work_id=key)
+    state = replace(base, journal=tuple(entries))
+    _remember(key, core, state)
+    return state
+
+
+def _write(ctx: restate.ObjectContext, old: WorkState | None, new: WorkState) -> None:
+    start = len(old.journal) if old is not None else 0
+    if old is None or new.journal[:start] != old.journal:
+        start = 0  # not an append (never happens with this ledger): rewrite every entry
+    for i in range(start, len(new.journal)):
+        ctx.set(f"j/{i}", codec.dumps(new.journal[i]).encode(), serde=_B)
+    core = json.dumps({"n": len(new.journal), "s": codec.encode(replace(new, journal=()))},
+                      separators=(",", ":"), ensure_ascii=False).encode()
+    ctx.set(_CORE, core, serde=_B)
+    _remember(ctx.key(), core, new)
+
+
+_ENCODED: dict[str, tuple[WorkState, bytes]] = {}
+
+
+def _encode_state(key: str, state: WorkState) -> bytes:
+    """The whole state for a reader, encoded once per state version."""
+    hit = _ENCODED.get(key)
+    if hit is not None and hit[0] is state:
+        return hit[1]
+    data = codec.dumps(state).encode()
+    if key not in _ENCODED and len(_ENCODED) >= _CACHE_MAX:
+        _ENCODED.pop(next(iter(_ENCODED)))
+    _ENCODED[key] = (state, data)
+    return data
+
+
+async def _apply(ctx: restate.ObjectContext, cmd: L.Command) -> bytes:
+    try:
+        state = await _read(ctx)
         new, outcome = L.apply(state, cmd, work_id=ctx.key())
     except OutliveError as exc:
         raise _terminal(exc) from None
     if new is not state:
-        ctx.set(_STATE, codec.dumps(new).encode(), serde=_B)
+        _write(ctx, state, new)
     return codec.dumps(outcome).encode()
 
 
@@ -104,8 +175,11 @@ async def execute(ctx: restate.ObjectContext, req: bytes) -> bytes:
 async def load(ctx: restate.ObjectSharedContext, req: bytes) -> bytes:
     """The last committed state (empty body: never opened). Runs beside the writer."""
     del req
-    raw = await ctx.get(_STATE, serde=_B)
-    return raw or b""
+    try:
+        state = await _read(ctx)
+    except OutliveError as exc:
+        raise _terminal(exc) from None
+    return _encode_state(ctx.key(), state) if state is not None else b""
 
 
 @ledger_object.handler(kind="exclusive", input_serde=_B, output_serde=_B)
@@ -116,10 +190,9 @@ async def suspect(ctx: restate.ObjectContext, req: bytes) -> bytes:
     any write by the attempt moves one of them, so a live worker is never suspected.
     """
     r = json.loads(req)
-    raw = await ctx.get(_STATE, serde=_B)
-    if not raw:
+    state = await _read(ctx)
+    if state is None:
         return b'{"kind":"absent"}'
-    state = codec.loads(raw)
     att = state.attempt(int(r["attempt"]))
     live = (AttemptState.ADMITTED, AttemptState.RUNNING)
     if att is None or att.state not in live or (att.heartbeats, att.last_heartbeat) != (
