@@ -7,11 +7,11 @@ import sqlite3
 from typing import Any
 
 import pytest
-from outlive_langgraph import LangGraphSqliteBackend, step_thread_id
 
 import outlive
 from outlive import Contract, Controller, MemoryReceiver, StrictCurrent, Worker
 from outlive import ledger as L
+from outlive_langgraph import LangGraphSqliteBackend, step_thread_id
 
 from ._q3 import V1, V2, Model
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from outlive_langgraph import step_thread_id
 
 import outlive
 from outlive import Controller, Worker
+from outlive_langgraph import step_thread_id
 
 from ._q3 import V1
 

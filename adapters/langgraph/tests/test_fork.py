@@ -13,9 +13,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import outlive
 from langchain_core.runnables import RunnableConfig
 from langgraph.func import entrypoint, task
+
+import outlive
 from outlive import Controller, Worker
 from outlive import ledger as L
 from outlive_langgraph import LangGraphBackend, current_worker, outlive_task, run

@@ -14,6 +14,10 @@ from typing import Any
 
 import pytest
 from langgraph.func import entrypoint
+
+import outlive
+from outlive import Contract, Controller, Worker
+from outlive import ledger as L
 from outlive_langgraph import (
     LangGraphBackend,
     current_worker,
@@ -22,10 +26,6 @@ from outlive_langgraph import (
     run,
     step_thread_id,
 )
-
-import outlive
-from outlive import Contract, Controller, Worker
-from outlive import ledger as L
 
 from ._q3 import V1, V2
 
