@@ -238,3 +238,20 @@ async def test_effect_to_a_restate_handler_uses_the_operation_key(
     rec = await wk.effect(f"announce:{w}:d", {"msg": "hi"}, send)
     st = await backend.load(w)
     assert st is not None and st.effects[0].receipt == rec and rec.key == f"announce:{w}:d"
+
+
+async def test_deployments_use_the_bidirectional_protocol(backend: outlive.Backend,
+                                                          restate_server: RestateServer) -> None:
+    assert isinstance(backend, RestateBackend)
+    await backend.run_step(StepCall(work_id=wid(), attempt=1, token=1, step="s", input_key="k"),
+                           _one)
+    async with httpx.AsyncClient() as http:
+        deps = (await http.get(f"{restate_server.admin}/deployments")).json()["deployments"]
+    by_service = {s["name"]: d for d in deps for s in d["services"]}
+    for name in ("outlive_ledger", backend.step_service):
+        assert by_service[name]["protocol_type"] == "BidiStream", by_service[name]
+        assert by_service[name]["http_version"] == "HTTP/2.0"
+
+
+async def _one() -> int:
+    return 1
