@@ -12,7 +12,7 @@ engine-langgraph:
 sweep-langgraph: install
 	mkdir -p $(LANGGRAPH_DIR)
 	rm -f $(LANGGRAPH_DIR)/sweep.db $(LANGGRAPH_DIR)/sweep.db-wal $(LANGGRAPH_DIR)/sweep.db-shm
-	time $(VENV)/bin/outlive sweep --backend langgraph+sqlite:///$(LANGGRAPH_DIR)/sweep.db
+	$(VENV)/bin/outlive sweep --quiet --backend langgraph+sqlite:///$(LANGGRAPH_DIR)/sweep.db
 
 bench-langgraph: install
 	mkdir -p .bench

@@ -4,10 +4,12 @@ LangGraph restores a task's result by *position* (checkpoint, step, task name, c
 saver offers compare-and-set, so neither of outlive's input-keyed journal nor its fenced ledger can
 be expressed with checkpoints alone. The ledger therefore lives beside the checkpoints:
 
-* ``langgraph+sqlite``: a table ``outlive_works`` in the *same SQLite file* as the SqliteSaver's
-  ``checkpoints``/``writes`` tables, on the saver's own connection and lock. Each command is one
-  ``BEGIN IMMEDIATE`` transaction: read the row, :func:`outlive.ledger.apply`, a conditional
-  ``UPDATE ... WHERE seq = ?``, ``COMMIT``. A rejected command rolls back and writes nothing.
+* ``langgraph+sqlite``: tables ``outlive_works`` (the ledger head: attempts, epoch, inputs,
+  candidates, acceptances, effects) and ``outlive_journal`` (append-only, one row per entry) in
+  the *same SQLite file* as the SqliteSaver's ``checkpoints``/``writes`` tables, on the saver's own
+  connection and lock. Each command is one ``BEGIN IMMEDIATE`` transaction: read, apply
+  :func:`outlive.ledger.apply`, a conditional ``UPDATE ... WHERE seq = ?``, append new journal
+  rows, ``COMMIT``. A rejected command rolls back and writes nothing.
 * ``langgraph+memory``: an InMemorySaver and a dict guarded by a lock (one process, no durability).
 
 Each step body runs as a LangGraph ``@task`` inside an ``@entrypoint`` invocation that uses the real
@@ -23,6 +25,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -36,7 +39,7 @@ from outlive import codec
 from outlive.backend import Backend, StepCall
 from outlive.errors import BackendUnavailable, ConfigError, InvalidRecord
 from outlive.ledger import Command, OpenWork, Outcome, apply
-from outlive.records import WorkState
+from outlive.records import JournalEntry, WorkState
 
 from ._context import INSIDE_TASK
 from ._savers import LoopSqliteSaver
@@ -54,11 +57,18 @@ _DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outlive_works (
-    work_id TEXT PRIMARY KEY,
-    seq     INTEGER NOT NULL,
-    epoch   INTEGER NOT NULL,
-    state   TEXT NOT NULL
-)
+    work_id     TEXT PRIMARY KEY,
+    seq         INTEGER NOT NULL,
+    epoch       INTEGER NOT NULL,
+    journal_len INTEGER NOT NULL,
+    state       TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outlive_journal (
+    work_id TEXT NOT NULL,
+    idx     INTEGER NOT NULL,
+    entry   TEXT NOT NULL,
+    PRIMARY KEY (work_id, idx)
+);
 """
 
 
@@ -211,7 +221,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
             saver = LoopSqliteSaver(conn)
             with saver.lock:
                 saver.setup()  # creates checkpoints/writes and switches the file to WAL
-                conn.execute(_SCHEMA)
+                conn.executescript(_SCHEMA)
                 conn.commit()
                 # A truncated or damaged file fails here, before anything is written, not mid-run.
                 problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
@@ -238,14 +248,40 @@ class LangGraphSqliteBackend(LangGraphBackend):
         cached = self._cache.get(work_id)
         if cached is not None and cached[0] == seq:
             return seq, cached[1]
-        text = conn.execute("SELECT state FROM outlive_works WHERE work_id = ?",
-                            (work_id,)).fetchone()[0]
-        state = codec.loads(text)
-        if not isinstance(state, WorkState) or state.work_id != work_id or state.seq != seq:
-            raise InvalidRecord(f"{self.path}: the ledger row of {work_id!r} is corrupt",
+        text, n = conn.execute("SELECT state, journal_len FROM outlive_works WHERE work_id = ?",
+                               (work_id,)).fetchone()
+        head = codec.loads(text)
+        entries = tuple(codec.loads(r[0]) for r in conn.execute(
+            "SELECT entry FROM outlive_journal WHERE work_id = ? AND idx < ? ORDER BY idx",
+            (work_id, n)))
+        if (not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq
+                or len(entries) != n or not all(isinstance(e, JournalEntry) for e in entries)):
+            raise InvalidRecord(f"{self.path}: the ledger rows of {work_id!r} are corrupt",
                                 work_id=work_id)
+        state = replace(head, journal=entries)
         self._cache[work_id] = (seq, state)
         return seq, state
+
+    @staticmethod
+    def _appended(old: WorkState | None, new: WorkState) -> int | None:
+        """How many journal entries ``new`` shares with ``old`` as a prefix (None: rewritten)."""
+        if old is None:
+            return 0
+        k = len(old.journal)
+        if len(new.journal) < k:
+            return None
+        for a, b in zip(old.journal, new.journal, strict=False):
+            if a is not b and a != b:
+                return None
+        return k
+
+    @staticmethod
+    def _write_journal(conn: sqlite3.Connection, work_id: str, new: WorkState, start: int) -> None:
+        # The journal is append-only in the ledger: each entry is encoded and written once, so a
+        # step's cost does not grow with the number of steps before it.
+        conn.executemany(
+            "INSERT OR REPLACE INTO outlive_journal (work_id, idx, entry) VALUES (?,?,?)",
+            [(work_id, i, codec.dumps(new.journal[i])) for i in range(start, len(new.journal))])
 
     def _execute(self, work_id: str, command: Command) -> Outcome:
         saver = self._db()
@@ -258,20 +294,29 @@ class LangGraphSqliteBackend(LangGraphBackend):
             try:
                 seq, state = self._read(conn, work_id)
                 new, outcome = apply(state, command, work_id=work_id)
-                if state is None:
-                    conn.execute(
-                        "INSERT INTO outlive_works (work_id, seq, epoch, state) VALUES (?,?,?,?)",
-                        (work_id, new.seq, new.epoch, codec.dumps(new)))
-                elif new is not state:
-                    # The conditional update is the compare-and-set LangGraph's savers lack.
-                    cur = conn.execute(
-                        "UPDATE outlive_works SET seq = ?, epoch = ?, state = ? "
-                        "WHERE work_id = ? AND seq = ? AND epoch <= ?",
-                        (new.seq, new.epoch, codec.dumps(new), work_id, seq, new.epoch))
-                    if cur.rowcount != 1:
-                        raise BackendUnavailable(
-                            f"{work_id}: a concurrent ledger write won the race; retry",
-                            work_id=work_id)
+                if state is None or new is not state:
+                    head = codec.dumps(replace(new, journal=()))
+                    if state is None:
+                        conn.execute(
+                            "INSERT INTO outlive_works (work_id, seq, epoch, journal_len, state) "
+                            "VALUES (?,?,?,?,?)",
+                            (work_id, new.seq, new.epoch, len(new.journal), head))
+                    else:
+                        # The conditional update is the compare-and-set LangGraph's savers lack.
+                        cur = conn.execute(
+                            "UPDATE outlive_works SET seq = ?, epoch = ?, journal_len = ?, "
+                            "state = ? WHERE work_id = ? AND seq = ? AND epoch <= ?",
+                            (new.seq, new.epoch, len(new.journal), head, work_id, seq,
+                             new.epoch))
+                        if cur.rowcount != 1:
+                            raise BackendUnavailable(
+                                f"{work_id}: a concurrent ledger write won the race; retry",
+                                work_id=work_id)
+                    start = self._appended(state, new)
+                    if start is None:
+                        conn.execute("DELETE FROM outlive_journal WHERE work_id = ?", (work_id,))
+                        start = 0
+                    self._write_journal(conn, work_id, new, start)
                 conn.commit()
             except BaseException:
                 self._cache.pop(work_id, None)
