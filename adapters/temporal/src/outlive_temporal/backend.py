@@ -244,6 +244,9 @@ class TemporalBackend(Backend):
             except WorkflowUpdateFailedError as exc:
                 raise _rebuild(exc.cause) from None
             except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError() from exc  # our caller was cancelled
                 last: Exception = exc
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:
