@@ -131,13 +131,29 @@ class OutliveTask(Generic[P, T]):
         return result
 
 
+class _Decorator:
+    """``@outlive_task(step=...)``: typed so that an async function's result type is its value."""
+
+    def __init__(self, name: str | None, step: str | Callable[..., str] | None) -> None:
+        self.name = name
+        self.step = step
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[T]], /) -> OutliveTask[P, T]: ...
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> OutliveTask[P, T]: ...
+
+    def __call__(self, fn: Any, /) -> Any:
+        return OutliveTask(fn, name=self.name, step=self.step)
+
+
 @overload
 def outlive_task(fn: Callable[P, Awaitable[T]], /) -> OutliveTask[P, T]: ...
 @overload
 def outlive_task(fn: Callable[P, T], /) -> OutliveTask[P, T]: ...
 @overload
-def outlive_task(*, name: str | None = None, step: str | Callable[..., str] | None = None,
-                 ) -> Callable[[Callable[P, T]], OutliveTask[P, T]]: ...
+def outlive_task(*, name: str | None = None,
+                 step: str | Callable[..., str] | None = None) -> _Decorator: ...
 
 
 def outlive_task(fn: Any = None, /, *, name: str | None = None,
@@ -150,11 +166,7 @@ def outlive_task(fn: Any = None, /, *, name: str | None = None,
     """
     if fn is not None:
         return OutliveTask(fn, name=name, step=step)
-
-    def deco(f: Callable[P, T]) -> OutliveTask[P, T]:
-        return OutliveTask(f, name=name, step=step)
-
-    return deco
+    return _Decorator(name, step)
 
 
 async def run(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker,
