@@ -41,7 +41,7 @@ from outlive.records import WorkState
 
 from .services import ERROR_PREFIX, LEDGER, PENDING, Pending, make_step_service
 
-__all__ = ["RestateBackend", "parse_url"]
+__all__ = ["RestateBackend", "free_port", "parse_url", "serve_in_process"]
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -249,43 +249,14 @@ class RestateBackend(Backend):
 
     async def _serve_steps(self) -> None:
         import restate
-        from hypercorn.asyncio import serve
-        from hypercorn.config import Config
 
-        http = self._client()
         app = restate.app([make_step_service(self._steps_name)],
                           protocol=self.steps_protocol)  # type: ignore[arg-type]
-        port = free_port()
-        config = Config()
-        config.bind = [f"127.0.0.1:{port}"]
-        config.accesslog = None
-        config.errorlog = None
-        config.graceful_timeout = 0.2
-        self._steps_stop = asyncio.Event()
-        self._steps_task = asyncio.ensure_future(
-            serve(app, config, shutdown_trigger=self._steps_stop.wait))
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                _r, w = await asyncio.open_connection("127.0.0.1", port)
-                w.close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self._steps_task.done():
-                    raise BackendUnavailable(f"could not serve the step service on :{port}") \
-                        from None
-                await asyncio.sleep(0.02)
-        try:
-            r = await http.post(f"{self.admin}/deployments",
-                                json={"uri": f"http://127.0.0.1:{port}", "force": True,
-                                      "use_http_11": self.steps_protocol == "request_response"})
-        except httpx.HTTPError as exc:
-            raise BackendUnavailable(f"{self.url}: admin unreachable ({exc!r})") from exc
-        if r.status_code not in (200, 201):
-            raise BackendUnavailable(f"{self.url}: registering the step service failed: "
-                                     f"{r.status_code} {r.text[:300]}")
-        self._steps_deployment = str(r.json()["id"])
+        served = await serve_in_process(self._client(), self.admin, app,
+                                        http11=self.steps_protocol == "request_response")
+        self._steps_stop, self._steps_task, self._steps_deployment = served
         # Registered is not callable yet: wait for a real call (ENGINE-NOTES pitfall 9).
+        http = self._client()
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -356,6 +327,49 @@ class RestateBackend(Backend):
                 k = await http.patch(f"{self.admin}/invocations/{row['id']}/kill")
                 killed += int(k.status_code < 300)
         return killed
+
+
+async def serve_in_process(http: httpx.AsyncClient, admin: str, app: Any, *,
+                           http11: bool = False) -> tuple[asyncio.Event, asyncio.Task[None], str]:
+    """Serve an ASGI Restate app from this event loop (hypercorn, h2c) and register it.
+
+    Returns (stop event, serving task, deployment id). Used for the step service, whose bodies
+    must run in the caller's process, and by tests serving handler-side workers.
+    """
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    port = free_port()
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 0.2
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(serve(app, config, shutdown_trigger=stop.wait))
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            _r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or task.done():
+                stop.set()
+                raise BackendUnavailable(f"could not serve a deployment on :{port}") from None
+            await asyncio.sleep(0.02)
+    try:
+        r = await http.post(f"{admin}/deployments",
+                            json={"uri": f"http://127.0.0.1:{port}", "force": True,
+                                  "use_http_11": http11})
+    except httpx.HTTPError as exc:
+        stop.set()
+        raise BackendUnavailable(f"{admin}: admin unreachable ({exc!r})") from exc
+    if r.status_code not in (200, 201):
+        stop.set()
+        raise BackendUnavailable(f"registering a deployment failed: {r.status_code} "
+                                 f"{r.text[:300]}")
+    return stop, task, str(r.json()["id"])
 
 
 def _error(r: httpx.Response) -> OutliveError | None:
