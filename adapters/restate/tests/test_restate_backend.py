@@ -255,3 +255,20 @@ async def test_deployments_use_the_bidirectional_protocol(backend: outlive.Backe
 
 async def _one() -> int:
     return 1
+
+
+async def test_oversized_step_result_through_the_engine_is_refused(
+        backend: outlive.Backend) -> None:
+    w = wid()
+    ctl = await _open(backend, w)
+    a = await ctl.admit(w)
+    wk = Worker(backend, a, V1, clock=lambda: 1)
+    await wk.start()
+    before = await backend.load(w)
+
+    async def huge(**_kw: str) -> str:
+        return "x" * (2 * 1024 * 1024)  # 2 MB travels through ctx.run_typed, then the ledger
+
+    with pytest.raises(outlive.errors.PayloadTooLarge):
+        await wk.step("s1", huge, s1=V1["s1"])
+    assert await backend.load(w) == before
