@@ -108,6 +108,7 @@ class RestateServer:
             "RESTATE_LOG_FORMAT": "compact",
             "RESTATE_LOG_FILTER": "warn",
             "RESTATE_DISABLE_TELEMETRY": "true",
+            "RESTATE_SHUTDOWN_TIMEOUT": "2s",
         })
         self.base_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.base_dir / "server.log", "ab")
@@ -196,7 +197,9 @@ class RestateServer:
     def stop_server(self, *, hard: bool = False) -> None:
         self._kill(self.server, hard=hard)
 
-    def stop_deployment(self, *, hard: bool = False) -> None:
+    def stop_deployment(self, *, hard: bool = True) -> None:
+        """SIGKILL by default: the process holds no state, and once the SDK's native extension
+        has served a call it no longer reacts to SIGTERM in time (observed: >10 s)."""
         self._kill(self.deployment, hard=hard)
 
     def restart_server(self, *, hard: bool = True) -> None:
@@ -212,8 +215,8 @@ class RestateServer:
 
     def stop(self) -> None:
         """Stop both processes by their own PIDs; remove the base dir if it was ours."""
-        self._kill(self.deployment)
         self._kill(self.server)
+        self._kill(self.deployment, hard=True)
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
