@@ -1,18 +1,26 @@
-# LangGraph needs no server: the checkpointer is a file (SqliteSaver) or process memory.
+# LangGraph needs no server for langgraph+sqlite / langgraph+memory (the checkpointer is a file or
+# process memory). langgraph+postgres needs PostgreSQL binaries: the tests and sweep-langgraph-pg
+# start their own throwaway cluster (outlive_langgraph.pgserver: initdb in a temp dir, a free
+# loopback port, stopped by PID). This target only makes sure the binaries are installed.
 ENGINE_TARGETS += engine-langgraph
 BENCH_TARGETS += bench-langgraph
 
 LANGGRAPH_DIR := .engines/langgraph
 
-.PHONY: engine-langgraph sweep-langgraph bench-langgraph
+.PHONY: engine-langgraph sweep-langgraph sweep-langgraph-pg bench-langgraph
 
-engine-langgraph:
-	@true
+engine-langgraph: install
+	@$(PY) -c "from outlive_langgraph.pgserver import _bin_dir; print('PostgreSQL binaries:', _bin_dir())" 2>/dev/null \
+	  || { echo "installing PostgreSQL (Debian package) for langgraph+postgres"; \
+	       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
 sweep-langgraph: install
 	mkdir -p $(LANGGRAPH_DIR)
 	rm -f $(LANGGRAPH_DIR)/sweep.db $(LANGGRAPH_DIR)/sweep.db-wal $(LANGGRAPH_DIR)/sweep.db-shm
 	$(VENV)/bin/outlive sweep --quiet --backend langgraph+sqlite:///$(LANGGRAPH_DIR)/sweep.db
+
+sweep-langgraph-pg: engine-langgraph
+	$(PY) -m outlive_langgraph.pgserver -- $(VENV)/bin/outlive sweep --quiet --backend {url}
 
 bench-langgraph: install
 	mkdir -p .bench

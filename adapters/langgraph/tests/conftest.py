@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 import outlive
+from outlive_langgraph.pgserver import PostgresServer
 
 
 @pytest.fixture(params=["langgraph+sqlite", "langgraph+memory"])
@@ -24,3 +25,13 @@ async def backend(lg_url: str) -> AsyncIterator[outlive.Backend]:
         yield b
     finally:
         await b.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL started by this project (initdb in a temp dir, free loopback port)."""
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -46,6 +46,7 @@ from ._savers import LoopSqliteSaver
 
 __all__ = [
     "Durability",
+    "journal_prefix",
     "LangGraphBackend",
     "LangGraphMemoryBackend",
     "LangGraphSqliteBackend",
@@ -70,6 +71,23 @@ CREATE TABLE IF NOT EXISTS outlive_journal (
     PRIMARY KEY (work_id, idx)
 );
 """
+
+
+def journal_prefix(old: WorkState | None, new: WorkState) -> int | None:
+    """How many journal entries ``new`` shares with ``old`` as a prefix (None: rewritten).
+
+    The ledger only ever appends to the journal, so each entry is encoded and written once and a
+    step's cost does not grow with the number of steps before it.
+    """
+    if old is None:
+        return 0
+    k = len(old.journal)
+    if len(new.journal) < k:
+        return None
+    for a, b in zip(old.journal, new.journal, strict=False):
+        if a is not b and a != b:
+            return None
+    return k
 
 
 def step_thread_id(work_id: str, attempt: int) -> str:
@@ -127,6 +145,10 @@ class LangGraphBackend(Backend):
             self._program = outlive_step
         return self._program
 
+    def _engine_error(self, exc: Exception) -> Exception | None:
+        """Translate a checkpointer's own error into outlive's tree (None: not ours, re-raise)."""
+        return None
+
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run the body once as a ``@task`` in an entrypoint invocation on the attempt's thread.
 
@@ -146,6 +168,11 @@ class LangGraphBackend(Backend):
         except sqlite3.DatabaseError as exc:
             raise InvalidRecord(f"{self.url}: checkpoint database error: {exc}",
                                 url=self.url) from exc
+        except Exception as exc:
+            mapped = self._engine_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
         finally:
             self._bodies.pop(key, None)
 
@@ -263,22 +290,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         return seq, state
 
     @staticmethod
-    def _appended(old: WorkState | None, new: WorkState) -> int | None:
-        """How many journal entries ``new`` shares with ``old`` as a prefix (None: rewritten)."""
-        if old is None:
-            return 0
-        k = len(old.journal)
-        if len(new.journal) < k:
-            return None
-        for a, b in zip(old.journal, new.journal, strict=False):
-            if a is not b and a != b:
-                return None
-        return k
-
-    @staticmethod
     def _write_journal(conn: sqlite3.Connection, work_id: str, new: WorkState, start: int) -> None:
-        # The journal is append-only in the ledger: each entry is encoded and written once, so a
-        # step's cost does not grow with the number of steps before it.
         conn.executemany(
             "INSERT OR REPLACE INTO outlive_journal (work_id, idx, entry) VALUES (?,?,?)",
             [(work_id, i, codec.dumps(new.journal[i])) for i in range(start, len(new.journal))])
@@ -312,7 +324,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
                             raise BackendUnavailable(
                                 f"{work_id}: a concurrent ledger write won the race; retry",
                                 work_id=work_id)
-                    start = self._appended(state, new)
+                    start = journal_prefix(state, new)
                     if start is None:
                         conn.execute("DELETE FROM outlive_journal WHERE work_id = ?", (work_id,))
                         start = 0
