@@ -361,6 +361,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         return [str(r[0]) for r in rows]
 
     async def close(self) -> None:
+        self._program = None  # bound to this saver; a restarted backend builds a new one
         if self._saver is not None:
             self._saver.conn.close()
             self._saver = None

@@ -8,7 +8,8 @@ trivial body. Two shapes are measured, each against its own raw baseline:
 * invocation-per-step: ``Worker.step`` through ``Backend.run_step`` (what the conformance harness
   drives) vs a raw one-task ``ainvoke`` per step on the same thread.
 
-Then the full 864-run sweep on ``langgraph+sqlite``. Writes ``.bench/langgraph.json``.
+Also on ``langgraph+postgres`` (a throwaway server). Then the full 864-run sweep on
+``langgraph+sqlite``. Writes ``.bench/langgraph.json``.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ async def sweep_time(url: str) -> dict[str, Any]:
     return {"runs": len(res.runs), "seconds": res.seconds}
 
 
-async def _main(n: int, out: Path | None, do_sweep: bool) -> dict[str, Any]:
+async def _main(n: int, out: Path | None, do_sweep: bool, pg: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"steps": n}
     with tempfile.TemporaryDirectory() as d:
         for durability in ("sync", "exit"):
@@ -148,6 +149,14 @@ async def _main(n: int, out: Path | None, do_sweep: bool) -> dict[str, Any]:
             report[f"per_invocation/sqlite/{durability}"] = await per_invocation(
                 f"langgraph+sqlite:///{d}/{durability}-b.db?durability={durability}", n,
                 durability)
+        if pg:
+            from .pgserver import PostgresServer
+
+            with PostgresServer() as server:
+                report["in_entrypoint/postgres/sync"] = await in_entrypoint(
+                    server.create_database("bench_a"), n, "sync")
+                report["per_invocation/postgres/sync"] = await per_invocation(
+                    server.create_database("bench_b"), n, "sync")
         if do_sweep:
             report["sweep/sqlite"] = await sweep_time(f"langgraph+sqlite:///{d}/sweep.db")
     print(f"outlive on LangGraph: per-step cost, {n} steps, same checkpointer and durability")
@@ -174,8 +183,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--no-sweep", action="store_true")
+    p.add_argument("--no-postgres", action="store_true")
     args = p.parse_args(argv)
-    asyncio.run(_main(args.steps, args.out, not args.no_sweep))
+    asyncio.run(_main(args.steps, args.out, not args.no_sweep, not args.no_postgres))
 
 
 if __name__ == "__main__":

@@ -50,9 +50,13 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """One PostgreSQL cluster in ``base`` (a fresh temp dir by default), user ``outlive``."""
+    """One PostgreSQL cluster in ``base`` (a fresh temp dir by default), user ``outlive``.
+
+    Under root, ``base`` and its parents must be reachable by the ``postgres`` user.
+    """
 
     def __init__(self, base: str | None = None) -> None:
+        self._owned = base is None  # a temp dir of our own is removed again by stop()
         self.base = Path(base or tempfile.mkdtemp(prefix="outlive-pg-"))
         self.port = _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -122,6 +126,8 @@ class PostgresServer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self.proc = None
+        if self._owned:
+            shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> PostgresServer:
         return self.start()

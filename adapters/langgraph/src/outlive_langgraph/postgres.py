@@ -197,6 +197,7 @@ class LangGraphPostgresBackend(LangGraphBackend):
         return [str(r[0]) for r in rows]
 
     async def close(self) -> None:
+        self._program = None  # bound to this saver; a restarted backend builds a new one
         for c in (self._conn, self._saver_conn):
             if c is not None:
                 await c.close()
