@@ -185,7 +185,13 @@ class RestateBackend(Backend):
         path = f"/{LEDGER}/{quote(work_id, safe='')}/execute"
         # Shielded: once sent, a command is applied or rejected whole even if our caller is
         # cancelled (as an embedded backend's synchronous write would be).
-        raw = await asyncio.shield(self._call(path, body, key=uuid.uuid4().hex))
+        sent = asyncio.ensure_future(self._call(path, body, key=uuid.uuid4().hex))
+        try:
+            raw = await asyncio.shield(sent)
+        except asyncio.CancelledError:
+            # our caller is gone; the command still completes (or fails) whole, unobserved
+            sent.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise
         outcome = codec.loads(raw)
         if not isinstance(outcome, L.Outcome):
             raise InvalidRecord(f"{work_id}: the ledger answered with {type(outcome).__name__}")
