@@ -147,10 +147,24 @@ async def test_every_rejection_keeps_its_class(backend: outlive.Backend) -> None
         await ctl.publish(w, "v1", V2)
     with pytest.raises(outlive.errors.WorkExists):
         await backend.execute(w, L.OpenWork(policy=outlive.Policy(fencing=False)))
-    await ctl.admit(w)
+    a = await ctl.admit(w)
     with pytest.raises(outlive.errors.AttemptActive):
         await ctl.admit(w)
     assert await backend.load(f"{w}/never-opened") is None
+    src = {"s1": content_hash(V1["s1"])}
+    lie = L.StepWrite(step="s1", sources=src, input_key="not-the-hash", result="r",
+                      result_id="r1")
+    with pytest.raises(outlive.errors.UndeclaredInput):
+        await backend.execute(w, L.RecordSteps(attempt=a.number, token=a.token, entries=(lie,),
+                                               at=1))
+    wk = Worker(backend, a, V1, clock=lambda: 2)
+    await wk.start()
+    await wk.step("s1", lambda s1: {"s": s1[:5]}, s1=V1["s1"])
+    cand = await wk.candidate({"text": "digest"})
+    before = await backend.load(w)
+    with pytest.raises(outlive.ContractFailed):
+        await ctl.assess(w, cand.digest, CONTRACT, lambda c, v: (False, "too short"))
+    assert await backend.load(w) == before
 
 
 async def test_garbage_on_the_wire_is_invalid_record(backend: outlive.Backend,
