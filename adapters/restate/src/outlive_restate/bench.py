@@ -158,10 +158,8 @@ async def measure(url: str, n: int = N) -> dict[str, Any]:
             await b.execute(w2, L.Heartbeat(attempt=a2.number, token=a2.token, at=i))
 
         res["ledger_command"] = _stats(await _timed(n, beat))
-        b_key = b.retry_for
         res["ledger_command_no_idempotency_key"] = _stats(await _timed(n, lambda i: _plain(
             http, b, w2, a2.number, a2.token, i)))
-        del b_key
 
         async def load(_i: int) -> None:
             await b.load(w2)
