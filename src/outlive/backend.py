@@ -70,6 +70,17 @@ class Backend(abc.ABC):
         """Run one step's body. Engines override this to run it as their own durable step."""
         return await fn()
 
+    async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                             record: Callable[[Any], Command]) -> tuple[Any, Outcome]:
+        """Run a step and journal its result with the fenced write ``record(result)``.
+
+        The default is ``run_step`` then ``execute``. An engine that can do both inside one of
+        its own invocations (the step's journal entry and the ledger command together) overrides
+        this to save a round trip; the ledger's checks are the same either way.
+        """
+        result = await self.run_step(call, fn)
+        return result, await self.execute(call.work_id, record(result))
+
     async def close(self) -> None:
         """Release connections; never deletes data."""
 

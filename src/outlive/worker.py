@@ -125,15 +125,22 @@ class Worker:
 
         call = StepCall(work_id=self.work_id, attempt=self.attempt.number, token=self.token,
                         step=name, input_key=key)
-        result = await self.backend.run_step(call, body)
         rid = L.result_id(self.work_id, name, key, self.attempt.number)
-        write = L.StepWrite(step=name, sources=sources, input_key=key, result=result, result_id=rid)
+
+        def write_for(result: Any) -> L.StepWrite:
+            return L.StepWrite(step=name, sources=sources, input_key=key, result=result,
+                               result_id=rid)
+
+        def record(result: Any) -> L.Command:
+            return L.RecordSteps(attempt=self.attempt.number, token=self.token,
+                                 entries=(write_for(result),), at=self.clock())
+
         if self.persist == "step":
-            await self._call(L.RecordSteps(attempt=self.attempt.number, token=self.token,
-                                           entries=(write,), at=self.clock()))
+            result, _ = await self.backend.run_and_record(call, body, record)
         else:
+            result = await self.backend.run_step(call, body)
             L._size(result, f"result of step {name!r}")
-            self._pending.append(write)
+            self._pending.append(write_for(result))
         self._results[name] = result
         self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
         self.steps[name] = StepRecord(step=name, input_key=key, result_id=rid, restored=False)
