@@ -6,7 +6,17 @@ steps are activities that Temporal never retries (outlive admits successors inst
 
 from __future__ import annotations
 
+from typing import Any
+
 from .backend import StepReport, TemporalBackend, workflow_id
-from .devserver import DevServer
 
 __all__ = ["DevServer", "StepReport", "TemporalBackend", "workflow_id"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so ``python -m outlive_temporal.devserver`` does not import itself twice.
+    if name == "DevServer":
+        from .devserver import DevServer
+
+        return DevServer
+    raise AttributeError(name)

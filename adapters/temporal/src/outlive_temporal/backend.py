@@ -40,7 +40,7 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -83,6 +83,8 @@ _RETRYABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
               RPCStatusCode.INTERNAL, RPCStatusCode.ABORTED}
 
 T = TypeVar("T")
+#: The caller gets the body's own exception; Temporal need not log these as warnings.
+_BENIGN = ApplicationErrorCategory.BENIGN
 
 
 def workflow_id(work_id: str) -> str:
@@ -193,7 +195,7 @@ class TemporalBackend(Backend):
         try:
             client = await asyncio.wait_for(
                 Client.connect(cfg.target, namespace=cfg.namespace), timeout=cfg.retry_s)
-        except (RuntimeError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, RuntimeError, OSError) as exc:
             raise BackendUnavailable(
                 f"{self.url}: cannot reach a Temporal server at {cfg.target} ({exc}); "
                 f"start one, e.g. python -m outlive_temporal.devserver", url=self.url) from exc
@@ -283,10 +285,11 @@ class TemporalBackend(Backend):
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     memo={"work_id": work_id})
                 out: str = await client.execute_update_with_start_workflow(
-                    LedgerWorkflow.command, text, start_workflow_operation=op, id=update_id)
+                    "command", text, start_workflow_operation=op, id=update_id, result_type=str)
                 return out
             handle = client.get_workflow_handle(wid)
-            res: str = await handle.execute_update(LedgerWorkflow.command, text, id=update_id)
+            res: str = await handle.execute_update("command", text, id=update_id,
+                                                 result_type=str)
             return res
 
         try:
@@ -362,11 +365,11 @@ class TemporalBackend(Backend):
                     activity.heartbeat()
             if pend.task.cancelled():
                 raise ApplicationError("step body abandoned by its caller", type="StepAbandoned",
-                                       non_retryable=True)
+                                       category=_BENIGN, non_retryable=True)
             exc = pend.task.exception()
             if exc is not None:
                 raise ApplicationError(f"step body raised {type(exc).__name__}: {exc}",
-                                       type="StepFailed", non_retryable=True)
+                                       type="StepFailed", category=_BENIGN, non_retryable=True)
             try:
                 text = codec.dumps(pend.task.result())
             except OutliveError:
@@ -382,6 +385,39 @@ class TemporalBackend(Backend):
         the late completion on its own; the body's result is still handed back here, and the
         worker's journal write then meets outlive's fencing — the check Temporal cannot make.
         """
+        result, _reply = await self._run(call, fn, None)
+        return result
+
+    async def run_step_journaled(self, call: StepCall, fn: Callable[[], Awaitable[Any]], *,
+                                 sources: dict[str, str], at: int) -> tuple[Any, L.Outcome]:
+        """Run the body as an activity *and* journal its result in the same update.
+
+        One round trip per journaled step instead of two (``run_step`` + ``RecordSteps``). The
+        ledger still decides (fencing, declared inputs, pins, size); a refusal raises the same
+        typed error and writes no journal entry. The core's ``Worker.step`` does not call this
+        yet (it needs the step's ``sources`` and clock, which ``StepCall`` lacks); the benchmark
+        measures what it would save.
+        """
+        rid = L.result_id(call.work_id, call.step, call.input_key, call.attempt)
+        write = L.StepWrite(step=call.step, sources=dict(sources), input_key=call.input_key,
+                            result=None, result_id=rid)
+        cmd = L.RecordSteps(attempt=call.attempt, token=call.token, entries=(write,), at=at)
+        result, reply = await self._run(call, fn, codec.dumps(cmd))
+        if reply.rejection is not None:
+            raise error_from_dict(reply.rejection)
+        if reply.outcome is not None:
+            out = codec.loads(reply.outcome)
+            assert isinstance(out, L.Outcome)
+            return result, out
+        # not journaled in the update (result by reference, or the activity timed out)
+        full = L.RecordSteps(attempt=call.attempt, token=call.token, at=at,
+                             entries=(L.StepWrite(step=call.step, sources=dict(sources),
+                                                  input_key=call.input_key, result=result,
+                                                  result_id=rid),))
+        return result, await self.execute(call.work_id, full)
+
+    async def _run(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                   record: str | None) -> tuple[Any, StepReply]:
         client = self._c()
         key = uuid.uuid4().hex
         pend = _Pending(fn=fn)
@@ -389,12 +425,12 @@ class TemporalBackend(Backend):
         cfg = self.config
         req = StepRequest(key=key, task_queue=self.step_queue, step=call.step,
                           attempt=call.attempt, heartbeat_ms=cfg.heartbeat_ms,
-                          start_to_close_ms=cfg.start_to_close_ms)
+                          start_to_close_ms=cfg.start_to_close_ms, record=record)
         handle = client.get_workflow_handle(workflow_id(call.work_id))
 
         async def send() -> StepReply:
-            reply: StepReply = await handle.execute_update(LedgerWorkflow.step, req,
-                                                           id=f"step-{key}")
+            reply: StepReply = await handle.execute_update("step", req, id=f"step-{key}",
+                                                           result_type=StepReply)
             return reply
 
         try:
@@ -412,12 +448,12 @@ class TemporalBackend(Backend):
                 detail=reply.detail, inline=inline))
             if inline:
                 assert reply.result is not None
-                return codec.loads(reply.result[2:])
+                return codec.loads(reply.result[2:]), reply
             if pend.task is None:
                 raise BackendUnavailable(
                     f"step {call.step!r} of {call.work_id!r}: the activity never ran "
                     f"({reply.status}: {reply.detail})", work_id=call.work_id)
-            return await pend.task
+            return await pend.task, reply
         except asyncio.CancelledError:
             if pend.task is not None and not pend.task.done():
                 pend.task.cancel()

