@@ -44,6 +44,39 @@ async def first(db: str, arg: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+async def program(db: str, at: str) -> None:
+    """Attempt #1 as an ``@entrypoint`` of ``outlive_task`` steps under ``durability="sync"``;
+    SIGKILL the instant the ``outlive_task`` call for step ``at`` returns inside the entrypoint."""
+    from langgraph.func import entrypoint
+
+    from outlive_langgraph import LangGraphBackend, outlive_task, run
+
+    b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
+    assert isinstance(b, LangGraphBackend)
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("q3")
+    await ctl.publish("q3", "v1", V1)
+    w = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
+    await w.start()
+
+    section_of = {text: k for k, text in V1.items()}
+
+    # Declares the same input (``text``) under the same step names as ``second``'s Worker.step.
+    @outlive_task(step=lambda text: section_of[text])
+    async def summarise(text: str) -> dict[str, Any]:
+        return {"summary": text, "by": 1}
+
+    @entrypoint(checkpointer=b.checkpointer)
+    async def digest(report: dict[str, str]) -> None:
+        for k, text in report.items():
+            await summarise(text=text)
+            say("done", k)
+            if k == at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    await run(digest, V1, worker=w, durability="sync")
+
+
 async def second(db: str) -> None:
     """A new process: suspect #1, admit #2, finish from the records, report what it did."""
     b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
@@ -79,5 +112,7 @@ if __name__ == "__main__":
     mode, db = sys.argv[1], sys.argv[2]
     if mode == "first":
         asyncio.run(first(db, sys.argv[3]))
+    elif mode == "program":
+        asyncio.run(program(db, sys.argv[3]))
     else:
         asyncio.run(second(db))
