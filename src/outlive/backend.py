@@ -40,6 +40,9 @@ class StepCall:
     token: int
     step: str
     input_key: str
+    #: "step" when the result is journaled right after the body, "end" when it waits for the
+    #: candidate: an engine with its own durability modes can match them.
+    persist: str = "step"
 
 
 class Backend(abc.ABC):

@@ -124,7 +124,7 @@ class Worker:
             return out
 
         call = StepCall(work_id=self.work_id, attempt=self.attempt.number, token=self.token,
-                        step=name, input_key=key)
+                        step=name, input_key=key, persist=self.persist)
         rid = L.result_id(self.work_id, name, key, self.attempt.number)
 
         def write_for(result: Any) -> L.StepWrite:
