@@ -79,7 +79,7 @@ INLINE_RESULT_BYTES = 64 * 1024
 
 _PREFIX = "outlive-ledger:"
 _RETRYABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
-              RPCStatusCode.CANCELLED, RPCStatusCode.UNKNOWN, RPCStatusCode.RESOURCE_EXHAUSTED,
+              RPCStatusCode.UNKNOWN, RPCStatusCode.RESOURCE_EXHAUSTED,
               RPCStatusCode.INTERNAL, RPCStatusCode.ABORTED}
 
 T = TypeVar("T")
@@ -191,6 +191,8 @@ class TemporalBackend(Backend):
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
+        if self._client is not None:
+            return  # ``async with await open_backend(url)`` calls start() twice
         cfg = self.config
         try:
             client = await asyncio.wait_for(
@@ -245,17 +247,18 @@ class TemporalBackend(Backend):
                 return await call()
             except WorkflowUpdateFailedError as exc:
                 raise _rebuild(exc.cause) from None
-            except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
+            except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
-                    raise asyncio.CancelledError() from exc  # our caller was cancelled
+                    # the SDK turns our caller's cancellation into an RPC error: re-raise it
+                    raise asyncio.CancelledError() from exc
+                if isinstance(exc, RPCError):
+                    if exc.status == RPCStatusCode.NOT_FOUND:
+                        raise
+                    if exc.status not in _RETRYABLE:
+                        raise BackendUnavailable(f"{self.url}: {what}: {exc}",
+                                                 url=self.url) from exc
                 last: Exception = exc
-            except RPCError as exc:
-                if exc.status == RPCStatusCode.NOT_FOUND:
-                    raise
-                if exc.status not in _RETRYABLE:
-                    raise BackendUnavailable(f"{self.url}: {what}: {exc}", url=self.url) from exc
-                last = exc
             if time.monotonic() >= deadline:
                 raise BackendUnavailable(
                     f"{self.url}: {what}: server unreachable for {self.config.retry_s}s ({last}); "
@@ -306,7 +309,8 @@ class TemporalBackend(Backend):
         handle = self._c().get_workflow_handle(workflow_id(work_id))
 
         async def ask() -> str | None:
-            res: str | None = await handle.query(LedgerWorkflow.state)
+            res: str | None = await handle.query(LedgerWorkflow.state,
+                                                 rpc_timeout=timedelta(seconds=10))
             return res
 
         try:
@@ -388,33 +392,31 @@ class TemporalBackend(Backend):
         result, _reply = await self._run(call, fn, None)
         return result
 
-    async def run_step_journaled(self, call: StepCall, fn: Callable[[], Awaitable[Any]], *,
-                                 sources: dict[str, str], at: int) -> tuple[Any, L.Outcome]:
+    async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                             record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
         """Run the body as an activity *and* journal its result in the same update.
 
         One round trip per journaled step instead of two (``run_step`` + ``RecordSteps``). The
-        ledger still decides (fencing, declared inputs, pins, size); a refusal raises the same
-        typed error and writes no journal entry. The core's ``Worker.step`` does not call this
-        yet (it needs the step's ``sources`` and clock, which ``StepCall`` lacks); the benchmark
-        measures what it would save.
+        ledger still decides (fencing, declared inputs, pins, size): the workflow applies
+        ``record(result)`` with the core ledger right after the activity completes, in the same
+        workflow task, and a refusal raises the same typed error with no journal entry written.
+        The command is built before dispatch (``record`` is called with a placeholder), so its
+        ``at`` is the clock when the step was dispatched. If the result is too large to come
+        back inline, or Temporal timed the activity out, the write is sent separately after the
+        body returns — exactly the default ``run_step`` + ``execute`` path.
         """
-        rid = L.result_id(call.work_id, call.step, call.input_key, call.attempt)
-        write = L.StepWrite(step=call.step, sources=dict(sources), input_key=call.input_key,
-                            result=None, result_id=rid)
-        cmd = L.RecordSteps(attempt=call.attempt, token=call.token, entries=(write,), at=at)
-        result, reply = await self._run(call, fn, codec.dumps(cmd))
+        template = record(None)
+        if not (isinstance(template, L.RecordSteps) and len(template.entries) == 1):
+            return await super().run_and_record(call, fn, record)
+        result, reply = await self._run(call, fn, codec.dumps(template))
         if reply.rejection is not None:
             raise error_from_dict(reply.rejection)
         if reply.outcome is not None:
             out = codec.loads(reply.outcome)
-            assert isinstance(out, L.Outcome)
+            if not isinstance(out, L.Outcome):
+                raise InvalidRecord(f"{call.work_id}: the step update answered {out!r}")
             return result, out
-        # not journaled in the update (result by reference, or the activity timed out)
-        full = L.RecordSteps(attempt=call.attempt, token=call.token, at=at,
-                             entries=(L.StepWrite(step=call.step, sources=dict(sources),
-                                                  input_key=call.input_key, result=result,
-                                                  result_id=rid),))
-        return result, await self.execute(call.work_id, full)
+        return result, await self.execute(call.work_id, record(result))
 
     async def _run(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                    record: str | None) -> tuple[Any, StepReply]:
