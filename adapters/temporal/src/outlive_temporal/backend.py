@@ -17,7 +17,9 @@ Query parameters: ``task_queue`` (ledger queue, default ``outlive-ledger``), ``h
 (step heartbeat timeout, default 10000), ``start_to_close_ms`` (default 3600000),
 ``auto_heartbeat`` (1/0: heartbeat while this process is alive, default 1), ``can_after``
 (updates per run before continue-as-new, default 1000), ``retry_s`` (how long to ride out an
-unreachable server before raising ``BackendUnavailable``, default 30).
+unreachable server before raising ``BackendUnavailable``, default 30), ``sandbox`` (1: run the
+ledger workflow in Temporal's sandbox; default 0 — the ledger is pure and deterministic by design,
+and the sandbox costs CPU on every workflow task).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from outlive import codec
@@ -113,6 +115,8 @@ class _Config:
     auto_heartbeat: bool
     can_after: int
     retry_s: float
+    sandbox: bool
+    eager: bool
 
 
 def parse_url(url: str) -> _Config:
@@ -130,7 +134,7 @@ def parse_url(url: str) -> _Config:
         raise ConfigError(f"{url}: the path is one namespace name", url=url)
     q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     known = {"task_queue", "heartbeat_ms", "start_to_close_ms", "auto_heartbeat", "can_after",
-             "retry_s"}
+             "retry_s", "sandbox", "eager"}
     extra = set(q) - known
     if extra:
         raise ConfigError(f"{url}: unknown parameters {sorted(extra)}; known: {sorted(known)}",
@@ -144,6 +148,8 @@ def parse_url(url: str) -> _Config:
             auto_heartbeat=q.get("auto_heartbeat", "1") not in ("0", "false", "no"),
             can_after=int(q.get("can_after", "1000")),
             retry_s=float(q.get("retry_s", "30")),
+            sandbox=q.get("sandbox", "0") not in ("0", "false", "no"),
+            eager=q.get("eager", "0") not in ("0", "false", "no"),
         )
     except ValueError as exc:
         raise ConfigError(f"{url}: {exc}", url=url) from exc
@@ -212,14 +218,24 @@ class TemporalBackend(Backend):
                                   url=self.url) from exc
             raise BackendUnavailable(f"{self.url}: {exc}", url=self.url) from exc
         self._client = client
-        runner = SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("outlive"))
-        ledger = Worker(client, task_queue=cfg.task_queue, workflows=[LedgerWorkflow],
-                        workflow_runner=runner, max_concurrent_workflow_tasks=200)
-        steps = Worker(client, task_queue=self.step_queue, activities=[self._make_activity()],
-                       max_concurrent_activities=5000,
-                       graceful_shutdown_timeout=timedelta(seconds=0))
-        self._workers = [ledger, steps]
+        runner: WorkflowRunner = UnsandboxedWorkflowRunner()
+        if cfg.sandbox:
+            runner = SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("outlive"))
+        if cfg.eager:
+            self.step_queue = cfg.task_queue
+            one = Worker(client, task_queue=cfg.task_queue, workflows=[LedgerWorkflow],
+                         workflow_runner=runner, max_concurrent_workflow_tasks=200,
+                         activities=[self._make_activity()], max_concurrent_activities=5000,
+                         graceful_shutdown_timeout=timedelta(seconds=0))
+            self._workers = [one]
+        else:
+            ledger = Worker(client, task_queue=cfg.task_queue, workflows=[LedgerWorkflow],
+                            workflow_runner=runner, max_concurrent_workflow_tasks=200)
+            steps = Worker(client, task_queue=self.step_queue,
+                           activities=[self._make_activity()], max_concurrent_activities=5000,
+                           graceful_shutdown_timeout=timedelta(seconds=0))
+            self._workers = [ledger, steps]
         self._runs = [asyncio.create_task(w.run()) for w in self._workers]
 
     async def close(self) -> None:

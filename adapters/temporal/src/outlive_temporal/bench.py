@@ -8,7 +8,10 @@ with the same step body (a tiny summariser) and the same activity options:
   the activity inside a ledger update and journals the result (fenced, by the core ledger) in the
   same workflow task: durable before the next step starts, one client round trip;
 * ``unfused``: the same step as two round trips (the activity update, then a ``RecordSteps``
-  update) — the core's default ``run_step`` + ``execute`` path, for comparison.
+  update) — the core's default ``run_step`` + ``execute`` path, for comparison;
+* ``eager``: ``?eager=1`` — step activities on the ledger's own task queue, so Temporal hands the
+  activity back in the workflow-task response (eager activity dispatch, as the raw workflow
+  gets); single-process deployments only.
 
 ``python -m outlive_temporal.bench [--steps N] [--out FILE]`` prints and writes JSON.
 """
@@ -102,19 +105,21 @@ async def _outlive(backend: TemporalBackend, n: int) -> tuple[float, float]:
 async def run_bench(url: str, n: int) -> dict[str, Any]:
     backend = TemporalBackend(url + "?can_after=100000")
     unfused = _Unfused(url + "?can_after=100000&task_queue=outlive-bench-unfused")
-    await backend.start()
-    await unfused.start()
+    eager = TemporalBackend(url + "?can_after=100000&eager=1&task_queue=outlive-bench-eager")
+    for b in (backend, unfused, eager):
+        await b.start()
     try:
-        await _outlive(backend, 10)  # warm-up
-        await _outlive(unfused, 10)
+        for b in (backend, unfused, eager):
+            await _outlive(b, 10)  # warm-up
         raw = await _raw(backend, n)
         ol_mean, ol_med = await _outlive(backend, n)
         un_mean, un_med = await _outlive(unfused, n)
+        ea_mean, ea_med = await _outlive(eager, n)
         raw2 = await _raw(backend, n)
         ol2_mean, ol2_med = await _outlive(backend, n)
     finally:
-        await unfused.close()
-        await backend.close()
+        for b in (eager, unfused, backend):
+            await b.close()
     raw_ms = min(raw, raw2)
     ol = min(ol_mean, ol2_mean)
     return {
@@ -126,7 +131,10 @@ async def run_bench(url: str, n: int) -> dict[str, Any]:
         "outlive_step_median_ms": round(min(ol_med, ol2_med), 2),
         "unfused_step_ms": round(un_mean, 2),
         "unfused_step_median_ms": round(un_med, 2),
+        "eager_step_ms": round(ea_mean, 2),
+        "eager_step_median_ms": round(ea_med, 2),
         "ratio_outlive_vs_raw": round(ol / raw_ms, 2),
+        "ratio_eager_vs_raw": round(ea_mean / raw_ms, 2),
         "ratio_unfused_vs_raw": round(un_mean / raw_ms, 2),
         "target_ratio": 1.25,
     }
