@@ -117,8 +117,7 @@ async def seed_situation(address: str) -> dict[str, Any]:
                                       task_queue=queue)
         # Execution A wakes up and carries on as if nothing happened.
         WORLD.wake.set()
-        await a.result()
-        # The newsletter takes the digest of the most recently finished execution.
+        # The newsletter takes the digest of the most recently finished execution: A's.
         latest = await a.result()
     return {"calls": len(WORLD.calls), "posts": list(WORLD.feed.posts),
             "newsletter_quotes": revenue(latest["digest"])}
