@@ -259,3 +259,25 @@ async def test_run_step_runs_the_body_once_as_an_activity(backend: TemporalBacke
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not backend._pending
+
+
+@pytest.mark.parametrize("params", ["?sandbox=1", "?eager=1&task_queue=outlive-eager-test"])
+async def test_options_run_the_same_work(backend_url: str, params: str) -> None:
+    b = TemporalBackend(backend_url + params)
+    await b.start()
+    try:
+        work = wid("opts")
+        ctl = Controller(b, clock=lambda: 1)
+        await ctl.open_work(work)
+        await ctl.publish(work, "v1", V1)
+        a = await ctl.admit(work)
+        w = Worker(b, a, V1, clock=lambda: 2)
+        await w.start()
+        for k, v in V1.items():
+            await w.step(k, summarise, **{k: v})
+        cand = await w.candidate({"text": "d"})
+        acc = await ctl.assess(work, cand.digest, FORM, lambda c, v: (True, "ok"))
+        assert acc.version == "v1"
+        assert all(r.status == "completed" and r.inline for r in b.stats.reports)
+    finally:
+        await b.close()
