@@ -40,3 +40,24 @@ def test_errors_survive_a_round_trip() -> None:
     assert type(back) is outlive.StaleOwner and back.details == {"token": 41, "epoch": 42}
     m = outlive.errors.error_from_dict(MissingExtra("x", install="pip y").to_dict())
     assert isinstance(m, MissingExtra) and m.install == "pip y"
+
+
+async def test_async_with_on_an_opened_backend_starts_it_once(tmp_path: object) -> None:
+    calls = []
+
+    class Counting(outlive.Backend):
+        async def start(self) -> None:
+            calls.append(1)
+
+        async def execute(self, work_id: str, command: object) -> object:  # type: ignore[override]
+            raise NotImplementedError
+
+        async def load(self, work_id: str) -> None:
+            return None
+
+    outlive.register_backend("counting", Counting)
+    async with await outlive.open_backend("counting://x") as b:
+        assert b.started
+    async with Counting("counting://y"):
+        pass
+    assert calls == [1, 1]

@@ -53,6 +53,8 @@ class Backend(abc.ABC):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        #: Set once ``start`` succeeded, so ``async with await open_backend(url)`` starts once.
+        self.started = False
 
     async def start(self) -> None:
         """Connect. Raise :class:`~outlive.errors.BackendUnavailable` if the engine is down."""
@@ -88,7 +90,9 @@ class Backend(abc.ABC):
         """Release connections; never deletes data."""
 
     async def __aenter__(self) -> Backend:
-        await self.start()
+        if not self.started:
+            await self.start()
+            self.started = True
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -139,4 +143,5 @@ async def open_backend(url: str) -> Backend:
     scheme = urlsplit(url).scheme.lower()
     backend = _factory(scheme)(url)
     await backend.start()
+    backend.started = True
     return backend
