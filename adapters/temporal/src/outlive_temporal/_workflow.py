@@ -152,8 +152,10 @@ class LedgerWorkflow:
                 raise InvalidRecord("record must be a RecordSteps with one entry")
             cmd = replace(cmd, entries=(replace(cmd.entries[0], result=value),))
             new, outcome = L.apply(self._state, cmd, work_id=self._work_id)
-        except OutliveError as exc:
-            return StepReply(status="completed", result=result, rejection=exc.to_dict())
+        except Exception as exc:  # a refusal must never fail the workflow task
+            refusal = exc if isinstance(exc, OutliveError) else InvalidRecord(
+                f"malformed step record: {type(exc).__name__}: {exc}")
+            return StepReply(status="completed", result=result, rejection=refusal.to_dict())
         self._state = new
         return StepReply(status="completed", result=result, outcome=codec.dumps(outcome))
 
