@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from outlive_conformance.contract import BackendContractSuite, DurableBackendContract
 from outlive_conformance.suite import ConformanceSuite
 
 
@@ -22,3 +23,17 @@ class TestSqlite(ConformanceSuite):
     def backend_url(cls, tmp_path_factory: pytest.TempPathFactory) -> str:
         path: Path = tmp_path_factory.mktemp("conf") / "outlive.db"
         return f"sqlite:///{path}"
+
+
+class TestMemoryContract(BackendContractSuite):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend_url(cls) -> str:
+        return "memory://"
+
+
+class TestSqliteContract(BackendContractSuite, DurableBackendContract):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend_url(cls, tmp_path_factory: pytest.TempPathFactory) -> str:
+        return f"sqlite:///{tmp_path_factory.mktemp('contract') / 'outlive.db'}"

@@ -1,0 +1,63 @@
+"""Small helpers for backend tests: a work opened, published and admitted in one call."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from outlive import Attempt, Backend, Contract, Controller, Policy, Worker
+
+__all__ = ["FORM", "V1", "V2", "OpenedWork", "open_work", "summarise", "unique_work_id"]
+
+V1 = {"s1": "Q3 overview.", "s2": "Revenue was 4.1 million for the quarter."}
+V2 = {"s1": "Q3 overview.", "s2": "Revenue was 4.7 million for the quarter."}
+FORM = Contract(name="digest-form", version="1", assessor="contract-suite")
+
+
+def summarise(**section: str) -> dict[str, str]:
+    """A deterministic stand-in for a model call."""
+    (text,) = section.values()
+    return {"summary": text.split(" for ")[0]}
+
+
+def unique_work_id(prefix: str = "contract") -> str:
+    return f"{prefix}/{uuid.uuid4().hex[:12]}/digest"
+
+
+@dataclass
+class OpenedWork:
+    work_id: str
+    ctl: Controller
+    attempt: Attempt
+    worker: Worker
+    clock: list[int]
+
+    async def steps(self, version: Mapping[str, str]) -> None:
+        for part, text in version.items():
+            await self.worker.step(part, summarise, **{part: text})
+
+    async def successor(self, snapshot: Mapping[str, str]) -> Worker:
+        """Silence the current owner, admit the next attempt, start its worker."""
+        self.clock[0] += 100
+        await self.ctl.observe(self.work_id)
+        att = await self.ctl.admit(self.work_id)
+        w = Worker(self.ctl.backend, att, snapshot, clock=lambda: self.clock[0])
+        await w.start()
+        return w
+
+
+async def open_work(backend: Backend, *, versions: Mapping[str, Mapping[str, str]] | None = None,
+                    policy: Policy | None = None, work_id: str | None = None) -> OpenedWork:
+    """Open a work, publish ``versions`` (first one current), admit #1 and start its worker."""
+    clock = [0]
+    work = work_id or unique_work_id()
+    ctl = Controller(backend, clock=lambda: clock[0], heartbeat_interval=1, missed_beats=2)
+    await ctl.open_work(work, policy)
+    vs = dict(versions or {"v1": V1})
+    first = next(iter(vs))
+    await ctl.publish(work, first, vs[first])
+    att = await ctl.admit(work)
+    w = Worker(backend, att, vs[first], clock=lambda: clock[0])
+    await w.start()
+    return OpenedWork(work_id=work, ctl=ctl, attempt=att, worker=w, clock=clock)
