@@ -78,7 +78,7 @@ async def _silent_then_replaced(b: RestateBackend, policy: Policy) -> tuple[
 
 async def _step_invocations(b: RestateBackend) -> list[dict[str, Any]]:
     q = (f"SELECT status, completion_result FROM sys_invocation WHERE target_service_name = "
-         f"'{b.step_service}' AND target_handler_name = 'run' ORDER BY created_at")
+         f"'{b.step_service}' AND target_handler_name IN ('run', 'step') ORDER BY created_at")
     async with httpx.AsyncClient() as http:
         r = await http.post(f"{b.admin}/query", json={"query": q},
                             headers={"accept": "application/json"})

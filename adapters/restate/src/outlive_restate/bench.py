@@ -18,6 +18,7 @@ Then the same for a request-response (HTTP/1.1) step service. Prints a table, wr
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import statistics
 import sys
@@ -31,7 +32,7 @@ import httpx
 import restate
 
 import outlive
-from outlive import Controller, Worker
+from outlive import Backend, Controller, Worker
 from outlive import ledger as L
 
 from .backend import RestateBackend, serve_in_process
@@ -119,6 +120,43 @@ async def measure(url: str, n: int = N) -> dict[str, Any]:
 
         await _timed(20, lambda i: step(n + i))
         res["outlive_step"] = _stats(await _timed(n, step))
+
+        # the step invocation making the ledger call itself (one ingress call, one invocation
+        # plus the ledger's): the design the run_and_record hook was added for
+        b.step_record = "inside"
+        w5 = f"bench/{uuid.uuid4().hex[:8]}"
+        await ctl.open_work(w5)
+        await ctl.publish(w5, "v1", parts)
+        a5 = await ctl.admit(w5)
+        wk5 = Worker(b, a5, parts, clock=lambda: 1)
+        await wk5.start()
+
+        async def step5(i: int) -> None:
+            name = f"s{i}"
+            await wk5.step(name, body, **{name: parts[name]})
+
+        await _timed(20, lambda i: step5(n + i))
+        res["outlive_step_one_invocation"] = _stats(await _timed(n, step5))
+        b.step_record = "overlap"
+
+        # before the run_and_record hook: the step's invocation, then the journal write as a
+        # second ingress call (the core's default run_and_record = run_step + execute)
+        w4 = f"bench/{uuid.uuid4().hex[:8]}"
+        await ctl.open_work(w4)
+        await ctl.publish(w4, "v1", parts)
+        a4 = await ctl.admit(w4)
+        wk4 = Worker(b, a4, parts, clock=lambda: 1)
+        await wk4.start()
+        b.run_and_record = functools.partial(Backend.run_and_record, b)  # type: ignore[method-assign]
+        try:
+            async def step2(i: int) -> None:
+                name = f"s{i}"
+                await wk4.step(name, body, **{name: parts[name]})
+
+            await _timed(20, lambda i: step2(n + i))
+            res["outlive_step_two_invocations"] = _stats(await _timed(n, step2))
+        finally:
+            delattr(b, "run_and_record")
 
         async def loop(_i: int) -> None:
             r = await http.post(f"{b.ingress}/{b.step_service}/raw_loop",

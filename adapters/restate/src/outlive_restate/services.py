@@ -236,10 +236,16 @@ class Pending:
     """A step body parked by its caller until the step service runs it (at most once)."""
 
     fn: Callable[[], Awaitable[Any]]
+    #: For ``run_and_record``: builds the fenced ``RecordSteps`` from the (decoded) result.
+    record: Callable[[Any], L.Command] | None = None
     task: asyncio.Task[Any] | None = None
     error: BaseException | None = None
     cancelled: bool = False
     runs: int = 0
+    #: The body's result as the journal holds it (encoded, then decoded), once it returned.
+    result: Any = None
+    #: Set by the ``run`` handler with the journaled bytes once Restate acknowledged the entry.
+    journaled: asyncio.Future[bytes] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> bytes:
@@ -261,7 +267,13 @@ class Pending:
             raise restate.TerminalError(f"outlive: step body raised {type(exc).__name__}: {exc}",
                                         500) from None
         try:
-            return codec.dumps(result).encode()
+            encoded = codec.dumps(result).encode()
+            if self.record is None:
+                return encoded
+            # The command (with the logical clock's ``at``) is built here, inside the journal
+            # entry, so a replayed invocation sends the very same command to the ledger.
+            self.result = codec.loads(encoded)
+            return codec.dumps(self.record(self.result)).encode()
         except OutliveError as exc:
             self.error = exc
             raise restate.TerminalError(f"outlive: step result not encodable: {exc}", 500) from None
@@ -274,6 +286,40 @@ class Pending:
 
 #: Step bodies of this process, by id (see the module docstring for why it is in-process).
 PENDING: dict[str, Pending] = {}
+
+
+async def _step(ctx: restate.Context | restate.ObjectSharedContext, req: bytes) -> bytes:
+    """One outlive step *and* its fenced journal write, in one invocation.
+
+    The body runs as a ``ctx.run_typed`` entry whose journaled value is the ``RecordSteps``
+    command built from its result; the command then goes to the work's ledger object as an
+    awaited durable call (the ledger's exclusive handler runs the fence; the body never runs
+    inside it, so a held body does not lock the ledger). Answers ``O`` + the encoded outcome,
+    or ``E`` + the typed rejection (``to_dict``): the step itself did complete in Restate,
+    the ledger refused the write, and nothing was written.
+    """
+    r = json.loads(req)
+    pid = str(r["id"])
+
+    async def action() -> bytes:
+        pending = PENDING.get(pid)
+        if pending is None or pending.record is None:
+            raise restate.TerminalError(
+                "outlive: no pending body with this id in the serving process (its caller "
+                "is gone, or lives in another process)", 410)
+        return await pending.run()
+
+    cmd: bytes = await ctx.run_typed(f"step:{r['step']}#{r['attempt']}", action,
+                                     restate.RunOptions(max_attempts=1, serde=_B))
+    try:
+        outcome: bytes = await ctx.object_call(execute, key=str(r["work_id"]), arg=cmd)
+    except restate.TerminalError as exc:
+        msg = exc.message or ""
+        i = msg.find(ERROR_PREFIX)
+        if i < 0:
+            raise
+        return b"E" + msg[i + len(ERROR_PREFIX):].encode()
+    return b"O" + outcome
 
 
 def make_step_service(name: str) -> restate.Service:
@@ -306,7 +352,17 @@ def make_step_service(name: str) -> restate.Service:
 
         out: bytes = await ctx.run_typed(f"step:{r['step']}#{r['attempt']}", action,
                                          restate.RunOptions(max_attempts=1, serde=_B))
+        pending = PENDING.get(pid)
+        if pending is not None and pending.journaled is not None and not pending.journaled.done():
+            # Restate has acknowledged the entry: the caller may start the journal write now,
+            # while this invocation ends (see ``RestateBackend.run_and_record``).
+            pending.journaled.set_result(out)
         return out
+
+    @svc.handler(name="step", input_serde=_B, output_serde=_B)
+    async def step(ctx: restate.Context, req: bytes) -> bytes:
+        """One outlive step and its fenced journal write in one invocation (see ``_step``)."""
+        return await _step(ctx, req)
 
     @svc.handler(input_serde=_B, output_serde=_B)
     async def raw(ctx: restate.Context, req: bytes) -> bytes:
