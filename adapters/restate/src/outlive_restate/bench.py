@@ -5,7 +5,10 @@ Side by side on the same Restate server and the same in-process h2c deployment:
 * raw step   - one ingress call to a handler that runs one ``ctx.run_typed`` (the natural
                "one durable step" a Restate user writes per unit of work);
 * outlive step - ``Worker.step``: the body as a ``ctx.run_typed`` entry (one invocation) plus the
-               fenced journal write (one exclusive ledger invocation: get, apply, set);
+               fenced journal write (one exclusive ledger invocation: get, apply, set), sent
+               as soon as Restate acknowledged the entry (``run_and_record``, "overlap");
+* the same with ``step_record=inside`` (the step invocation calls the ledger itself) and as
+               before the hook (two sequential client calls), for comparison;
 * floor      - ``ctx.run_typed`` inside one already-running invocation (no ingress at all);
 * outlive step in a handler - the core Worker inside one invocation (``ContextBackend``): the
                body as ``ctx.run_typed`` plus the journal write as a durable ``object_call``;
