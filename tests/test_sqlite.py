@@ -156,9 +156,9 @@ async def test_concurrent_processes_lose_no_command(tmp_path: Path) -> None:
     await ctl.admit("w")
     before = await b.load("w")
     assert before is not None
-    procs = [subprocess.Popen([sys.executable, "-c", HAMMER, url, "150"]) for _ in range(3)]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    procs = [subprocess.Popen([sys.executable, "-c", HAMMER, url, "150"]) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     after = await b.load("w")
     await b.close()
     assert after is not None
-    assert after.seq - before.seq == 450 and after.attempts[0].heartbeats == 450
+    assert after.seq - before.seq == 600 and after.attempts[0].heartbeats == 600

@@ -69,11 +69,14 @@ class SqliteBackend(Backend):
         if not os.path.isdir(parent):
             raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
         try:
+            # Setting up may wait for another process (blocking once, at start); afterwards the
+            # busy timeout is 0 and `execute` waits by yielding to the event loop instead.
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=0)
+                                   timeout=self.lock_timeout)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
+            conn.execute("PRAGMA busy_timeout=0")
         except sqlite3.DatabaseError as exc:
             raise InvalidRecord(f"{self.path}: not a usable outlive database: {exc}",
                                 path=self.path) from exc
@@ -177,11 +180,25 @@ class SqliteBackend(Backend):
 
     async def load(self, work_id: str) -> WorkState | None:
         conn = self._db()
-        with self._lock:
-            try:
-                return self._read(conn, work_id)[1]
-            except sqlite3.DatabaseError as exc:
-                raise InvalidRecord(f"{self.path}: database error: {exc}", path=self.path) from exc
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            with self._lock:
+                try:
+                    # One read transaction: the head and the journal rows from one snapshot,
+                    # even while another process commits between the statements.
+                    conn.execute("BEGIN")
+                    try:
+                        return self._read(conn, work_id)[1]
+                    finally:
+                        conn.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    if not ("locked" in str(exc) or "busy" in str(exc)) or \
+                            time.monotonic() > deadline:
+                        raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
+                except sqlite3.DatabaseError as exc:
+                    raise InvalidRecord(f"{self.path}: database error: {exc}",
+                                        path=self.path) from exc
+            await asyncio.sleep(0.002)
 
     async def works(self) -> list[str]:
         rows = self._db().execute("SELECT work_id FROM outlive_works ORDER BY work_id").fetchall()
