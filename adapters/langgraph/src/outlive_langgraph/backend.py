@@ -347,8 +347,18 @@ class LangGraphSqliteBackend(LangGraphBackend):
     async def load(self, work_id: str) -> WorkState | None:
         saver = self._db()
         with saver.lock:
+            conn = saver.conn
             try:
-                return self._read(saver.conn, work_id)[1]
+                # One snapshot for the head row and the journal rows: another process may commit
+                # between two autocommit selects, which would look like a corrupt ledger.
+                own = not conn.in_transaction
+                if own:
+                    conn.execute("BEGIN")
+                try:
+                    return self._read(conn, work_id)[1]
+                finally:
+                    if own:
+                        conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 raise InvalidRecord(f"{self.path}: database error: {exc}",
                                     path=self.path) from exc
