@@ -105,3 +105,28 @@ def test_sqlite_receiver_applies_the_effect_and_the_key_atomically(tmp_path: Pat
     keys = rx._conn.execute("SELECT COUNT(*) FROM outlive_receiver_keys").fetchone()[0]
     assert (rows, keys) == (1, 1)   # neither the key nor the effect of the failed one
     rx.close()
+
+
+async def test_run_steps_restores_what_matches_and_runs_the_rest_once(
+        backend: outlive.Backend) -> None:
+    ctl, w = await setup(backend)
+    calls: list[str] = []
+
+    def summ(**kw: str) -> str:
+        calls.append(next(iter(kw)))
+        return next(iter(kw.values()))[:5]
+
+    await w.step("s1", summ, s1=V1["s1"])
+    out = await w.run_steps([(k, summ, {k: v}) for k, v in V1.items()])
+    assert out == ["Intro", "Reven"] and calls == ["s1", "s2"]
+    st = await backend.load("w")
+    assert st is not None and [e.step for e in st.journal] == ["s1", "s2"]
+    succ_att = None
+    await backend.execute("w", outlive.ledger.MarkUnknown(attempt=1, at=9))
+    succ_att = await ctl.admit("w")
+    w2 = Worker(backend, succ_att, V1)
+    await w2.start()
+    again = await w2.run_steps([(k, summ, {k: v}) for k, v in V1.items()])
+    assert again == out and calls == ["s1", "s2"]   # everything restored
+    with pytest.raises(outlive.StaleOwner):
+        await w.run_steps([("s3", summ, {"s3": "late"})])

@@ -86,6 +86,22 @@ class Backend(abc.ABC):
         result = await self.run_step(call, fn)
         return result, await self.execute(call.work_id, record(result))
 
+    async def run_and_record_many(
+            self, calls: list[StepCall], fns: list[Callable[[], Awaitable[Any]]],
+            records: list[Callable[[Any], Command]]) -> list[Any]:
+        """Run several steps in order, journaling each before the next starts.
+
+        The default loops over :meth:`run_and_record`. An engine that can drive the whole
+        sequence itself (a workflow running the activities back to back, journaling each result
+        in its own state) overrides this to take the client out of the loop. If a step or its
+        fenced write fails, the steps before it stay journaled and the error propagates.
+        """
+        results = []
+        for call, fn, record in zip(calls, fns, records, strict=True):
+            result, _ = await self.run_and_record(call, fn, record)
+            results.append(result)
+        return results
+
     async def close(self) -> None:
         """Release connections; never deletes data."""
 

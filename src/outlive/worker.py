@@ -108,6 +108,9 @@ class Worker:
         st = self._st()
         sources = {k: content_hash(v) for k, v in inputs.items()}
         key = input_key(name, sources)
+        done = self.steps.get(name)
+        if done is not None and done.input_key == key:
+            return self._results[name]   # already run or restored in this attempt
         entry = st.lookup(name, key)
         if entry is not None:
             self._results[name] = entry.result
@@ -145,6 +148,59 @@ class Worker:
         self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
         self.steps[name] = StepRecord(step=name, input_key=key, result_id=rid, restored=False)
         return result
+
+    async def run_steps(self, plan: Sequence[tuple[str, Callable[..., Any], Mapping[str, Any]]]) \
+            -> list[Any]:
+        """Run a known sequence of steps: restore what matches, run the rest as one batch.
+
+        ``plan`` is ``[(name, fn, inputs), ...]``. Same semantics as calling :meth:`step` for
+        each in order; an engine may run the batch without a client round trip per step
+        (:meth:`~outlive.Backend.run_and_record_many`). Each step is journaled before the next
+        starts.
+        """
+        if self.persist != "step":
+            return [await self.step(name, fn, **dict(inputs)) for name, fn, inputs in plan]
+        st = self._st()
+        calls: list[StepCall] = []
+        fns: list[Callable[[], Awaitable[Any]]] = []
+        records: list[Callable[[Any], L.Command]] = []
+        todo: list[tuple[str, str, dict[str, str], str]] = []
+        for name, fn, inputs in plan:
+            ins = dict(inputs)
+            sources = {k: content_hash(v) for k, v in ins.items()}
+            key = input_key(name, sources)
+            if st.lookup(name, key) is not None or name in self.steps:
+                continue
+            rid = L.result_id(self.work_id, name, key, self.attempt.number)
+
+            def body(fn: Callable[..., Any] = fn, ins: dict[str, Any] = ins) -> Awaitable[Any]:
+                async def run() -> Any:
+                    out = fn(**ins)
+                    if inspect.isawaitable(out):
+                        out = await out
+                    return out
+                return run()
+
+            def record(result: Any, name: str = name, sources: dict[str, str] = sources,
+                       key: str = key, rid: str = rid) -> L.Command:
+                return L.RecordSteps(attempt=self.attempt.number, token=self.token, at=self.clock(),
+                                     entries=(L.StepWrite(step=name, sources=sources, input_key=key,
+                                                          result=result, result_id=rid),))
+
+            calls.append(StepCall(work_id=self.work_id, attempt=self.attempt.number,
+                                  token=self.token, step=name, input_key=key, persist="step"))
+            fns.append(body)
+            records.append(record)
+            todo.append((name, key, sources, rid))
+        if calls:
+            results = await self.backend.run_and_record_many(calls, fns, records)
+            for (name, key, sources, rid), result in zip(todo, results, strict=True):
+                self._results[name] = result
+                self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
+                self.steps[name] = StepRecord(step=name, input_key=key, result_id=rid,
+                                              restored=False)
+        # restored steps (and any already run) go through step(): a lookup, no call
+        return [await self.step(name, fn, **dict(inputs)) for name, fn, inputs in plan]
 
     def result(self, name: str) -> Any:
         return self._results[name]
