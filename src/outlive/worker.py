@@ -200,7 +200,11 @@ class Worker:
                 self.steps[name] = StepRecord(step=name, input_key=key, result_id=rid,
                                               restored=False)
         # restored steps (and any already run) go through step(): a lookup, no call
-        return [await self.step(name, fn, **dict(inputs)) for name, fn, inputs in plan]
+        out = [await self.step(name, fn, **dict(inputs)) for name, fn, inputs in plan]
+        order = [n for n in self.steps if n not in {p[0] for p in plan}] + [p[0] for p in plan]
+        self.steps = {n: self.steps[n] for n in order}       # plan order, as step() would give
+        self._parts = {n: self._parts[n] for n in order}
+        return out
 
     def result(self, name: str) -> Any:
         return self._results[name]

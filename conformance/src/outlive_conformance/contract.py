@@ -180,6 +180,33 @@ class BackendContractSuite:
         st = await outlive_backend.load(w.work_id)
         assert st is not None and len(st.journal) == 1
 
+    async def test_a_batch_journals_each_step_before_the_next(
+            self, outlive_backend: Backend) -> None:
+        report = {"s1": "Intro.", "s2": "Revenue was 4.1 million.", "s3": "Costs fell."}
+        w = await open_work(outlive_backend, versions={"v1": report})
+        ran: list[str] = []
+        successor: list[Worker] = []
+
+        async def body(**kw: str) -> dict[str, str]:
+            name = next(iter(kw))
+            ran.append(name)
+            if name == "s2" and not successor:
+                successor.append(await w.successor(report))   # replaced mid-batch
+            return summarise(**kw)
+
+        plan = [(k, body, {k: v}) for k, v in report.items()]
+        with pytest.raises(StaleOwner):
+            await w.worker.run_steps(plan)
+        assert ran == ["s1", "s2"], "the batch went on after a fenced write failed"
+        st = await outlive_backend.load(w.work_id)
+        assert st is not None and [e.step for e in st.journal] == ["s1"]
+        ran.clear()
+        out = await successor[0].run_steps(plan)
+        assert ran == ["s2", "s3"] and len(out) == 3
+        assert [s.restored for s in successor[0].steps.values()] == [True, False, False]
+        st = await outlive_backend.load(w.work_id)
+        assert st is not None and [e.step for e in st.journal] == ["s1", "s2", "s3"]
+
     async def test_works_are_isolated_under_concurrency(self, outlive_backend: Backend) -> None:
         works = await asyncio.gather(*(open_work(outlive_backend) for _ in range(8)))
         await asyncio.gather(*(w.steps(V1) for w in works))
