@@ -7,7 +7,9 @@ outcome is durable once the client's ``execute_update`` returns. Reads are queri
 carried across continue-as-new as a codec blob.
 
 A second update, ``step``, runs one step body as a real activity (no server retries, heartbeat
-timeout) on the caller's process-unique task queue and reports how Temporal saw it finish.
+timeout) on the caller's process-unique task queue and reports how Temporal saw it finish. A third,
+``steps``, drives a known sequence of steps in one update: activity, journal write, next activity —
+the client is out of the loop until the batch ends or a step cannot be journaled in the workflow.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ with workflow.unsafe.imports_passed_through():
     from outlive.errors import InvalidRecord, OutliveError
     from outlive.records import WorkState
 
-__all__ = ["LEDGER_WORKFLOW", "STEP_ACTIVITY", "LedgerArgs", "LedgerWorkflow", "StepReply",
-           "StepRequest", "rejection"]
+__all__ = ["LEDGER_WORKFLOW", "STEP_ACTIVITY", "BatchItem", "BatchReply", "BatchRequest",
+           "LedgerArgs", "LedgerWorkflow", "StepReply", "StepRequest", "rejection"]
 
 LEDGER_WORKFLOW = "OutliveLedger"
 STEP_ACTIVITY = "outlive_step"
@@ -69,6 +71,37 @@ class StepReply:
     #: With ``record``: the codec-encoded outcome, or the rejection as ``OutliveError.to_dict()``.
     outcome: str | None = None
     rejection: dict[str, Any] | None = None
+
+
+@dataclass
+class BatchItem:
+    """One step of a batch: its registry key and its ``RecordSteps`` template (result empty)."""
+
+    key: str
+    step: str
+    attempt: int
+    record: str
+
+
+@dataclass
+class BatchRequest:
+    items: list[BatchItem]
+    task_queue: str
+    heartbeat_ms: int
+    start_to_close_ms: int
+
+
+@dataclass
+class BatchReply:
+    """``journaled`` steps were run and journaled in order; ``stop`` says why the next one was not.
+
+    ``stop`` is None when the whole batch was journaled. Otherwise it is the reply for item
+    ``journaled``: timed out, failed, refused by the ledger (``rejection``), or completed with a
+    result that came back by reference (the client journals that one itself).
+    """
+
+    journaled: int
+    stop: StepReply | None = None
 
 
 def rejection(exc: BaseException) -> ApplicationError:
@@ -126,15 +159,14 @@ class LedgerWorkflow:
     def _validate(self, text: str) -> None:
         self._apply(text)
 
-    @workflow.update(name="step")
-    async def step(self, req: StepRequest) -> StepReply:
-        self._updates += 1
+    async def _activity(self, key: str, step: str, attempt: int, task_queue: str,
+                        heartbeat_ms: int, start_to_close_ms: int) -> StepReply:
         try:
             result = await workflow.execute_activity(
-                STEP_ACTIVITY, req.key, task_queue=req.task_queue,
-                activity_id=f"{req.attempt}:{req.step}:{req.key[:12]}",
-                start_to_close_timeout=timedelta(milliseconds=req.start_to_close_ms),
-                heartbeat_timeout=timedelta(milliseconds=req.heartbeat_ms),
+                STEP_ACTIVITY, key, task_queue=task_queue,
+                activity_id=f"{attempt}:{step}:{key[:12]}",
+                start_to_close_timeout=timedelta(milliseconds=start_to_close_ms),
+                heartbeat_timeout=timedelta(milliseconds=heartbeat_ms),
                 retry_policy=RetryPolicy(maximum_attempts=1),
                 result_type=str,
             )
@@ -143,10 +175,16 @@ class LedgerWorkflow:
             if isinstance(cause, TimeoutError):
                 return StepReply(status="timed_out", detail=cause.type.name if cause.type else "")
             return StepReply(status="failed", detail=str(cause or err))
-        if req.record is None or not result.startswith("v:"):
-            return StepReply(status="completed", result=result)
+        return StepReply(status="completed", result=result)
+
+    def _journal(self, record: str | None, reply: StepReply) -> StepReply:
+        """Apply the step's ``RecordSteps`` template with the result filled in, via the ledger."""
+        result = reply.result
+        if record is None or reply.status != "completed" or result is None \
+                or not result.startswith("v:"):
+            return reply
         try:
-            cmd = codec.loads(req.record)
+            cmd = codec.loads(record)
             value = codec.loads(result[2:])
             if not isinstance(cmd, L.RecordSteps) or len(cmd.entries) != 1:
                 raise InvalidRecord("record must be a RecordSteps with one entry")
@@ -158,6 +196,25 @@ class LedgerWorkflow:
             return StepReply(status="completed", result=result, rejection=refusal.to_dict())
         self._state = new
         return StepReply(status="completed", result=result, outcome=codec.dumps(outcome))
+
+    @workflow.update(name="step")
+    async def step(self, req: StepRequest) -> StepReply:
+        self._updates += 1
+        reply = await self._activity(req.key, req.step, req.attempt, req.task_queue,
+                                     req.heartbeat_ms, req.start_to_close_ms)
+        return self._journal(req.record, reply)
+
+    @workflow.update(name="steps")
+    async def steps(self, req: BatchRequest) -> BatchReply:
+        """Run the items in order, journaling each (fenced) before the next activity starts."""
+        self._updates += 1
+        for i, item in enumerate(req.items):
+            reply = await self._activity(item.key, item.step, item.attempt, req.task_queue,
+                                         req.heartbeat_ms, req.start_to_close_ms)
+            reply = self._journal(item.record, reply)
+            if reply.outcome is None:
+                return BatchReply(journaled=i, stop=reply)
+        return BatchReply(journaled=len(req.items))
 
     @workflow.query(name="state")
     def state(self) -> str | None:

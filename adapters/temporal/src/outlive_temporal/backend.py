@@ -64,17 +64,23 @@ from outlive.records import WorkState
 from ._workflow import (
     LEDGER_WORKFLOW,
     STEP_ACTIVITY,
+    BatchItem,
+    BatchReply,
+    BatchRequest,
     LedgerArgs,
     LedgerWorkflow,
     StepReply,
     StepRequest,
 )
 
-__all__ = ["MAX_COMMAND_BYTES", "StepReport", "TemporalBackend", "parse_url", "work_id_of",
+__all__ = ["MAX_BATCH_STEPS", "MAX_COMMAND_BYTES", "StepReport", "TemporalBackend", "parse_url", "work_id_of",
            "workflow_id"]
 
 #: Temporal refuses payloads over 2 MB; a command bigger than this is refused before sending.
 MAX_COMMAND_BYTES = 1_900_000
+#: At most this many steps per ``steps`` update (each step adds ~6 history events; the rest of a
+#: longer batch goes in the next update).
+MAX_BATCH_STEPS = 500
 #: Step results up to this size travel back through the activity completion; larger ones are
 #: handed over in-process by reference (history keeps the reference, not the blob).
 INLINE_RESULT_BYTES = 64 * 1024
@@ -433,6 +439,105 @@ class TemporalBackend(Backend):
                 raise InvalidRecord(f"{call.work_id}: the step update answered {out!r}")
             return result, out
         return result, await self.execute(call.work_id, record(result))
+
+    async def run_and_record_many(
+            self, calls: list[StepCall], fns: list[Callable[[], Awaitable[Any]]],
+            records: list[Callable[[Any], L.Command]]) -> list[Any]:
+        """Run a known sequence of steps with one ``steps`` update driving the whole batch.
+
+        The ledger workflow runs the step activities back to back and applies each step's
+        ``RecordSteps`` (fenced, by the core ledger) in the workflow task that received its
+        result, before scheduling the next activity — so the client is not in the loop between
+        steps. The batch stops at the first step the workflow could not journal: a refusal
+        (e.g. ``StaleOwner``: the steps before stay journaled, the error is raised), a failed or
+        timed-out activity, or a result too big to come back inline (journaled here with
+        ``execute``, then the rest continues as a new batch). Like :meth:`run_and_record`, the
+        commands are built before dispatch, so their ``at`` is the clock when the batch starts.
+        """
+        if len(calls) != len(fns) or len(calls) != len(records):
+            raise ValueError("calls, fns and records must have the same length")
+        templates = [record(None) for record in records]
+        if not all(isinstance(t, L.RecordSteps) and len(t.entries) == 1 for t in templates) \
+                or len({c.work_id for c in calls}) > 1:
+            return await super().run_and_record_many(calls, fns, records)
+        texts = [codec.dumps(t) for t in templates]
+        results: list[Any] = []
+        i = 0
+        while i < len(calls):
+            j, size = i, 0
+            while j < len(calls) and j - i < MAX_BATCH_STEPS \
+                    and (j == i or size + len(texts[j]) + 200 < MAX_COMMAND_BYTES):
+                size += len(texts[j]) + 200
+                j += 1
+            done, stop_result = await self._batch(calls[i:j], fns[i:j], texts[i:j])
+            results.extend(done)
+            i += len(done)
+            if stop_result is not None:  # journal the stopping step here, continue after it
+                value = stop_result[0]
+                await self.execute(calls[i].work_id, records[i](value))
+                results.append(value)
+                i += 1
+        return results
+
+    async def _batch(self, calls: list[StepCall], fns: list[Callable[[], Awaitable[Any]]],
+                     texts: list[str]) -> tuple[list[Any], tuple[Any] | None]:
+        """One ``steps`` update. Returns the journaled results and, if the batch stopped on a
+        step that ran but could not be journaled in the workflow, that step's result."""
+        client = self._c()
+        cfg = self.config
+        pends = [_Pending(fn=fn) for fn in fns]
+        keys = [uuid.uuid4().hex for _ in fns]
+        for key, pend in zip(keys, pends, strict=True):
+            self._pending[key] = pend
+        req = BatchRequest(
+            items=[BatchItem(key=k, step=c.step, attempt=c.attempt, record=t)
+                   for k, c, t in zip(keys, calls, texts, strict=True)],
+            task_queue=self.step_queue, heartbeat_ms=cfg.heartbeat_ms,
+            start_to_close_ms=cfg.start_to_close_ms)
+        work_id = calls[0].work_id
+        handle = client.get_workflow_handle(workflow_id(work_id))
+
+        async def send() -> BatchReply:
+            reply: BatchReply = await handle.execute_update("steps", req, id=f"steps-{keys[0]}",
+                                                            result_type=BatchReply)
+            return reply
+
+        try:
+            try:
+                reply = await self._retrying(f"{len(calls)} steps of {work_id!r}", send)
+            except RPCError as exc:
+                raise NotFound(f"work {work_id!r} is not open", work_id=work_id) from exc
+            results: list[Any] = []
+            for call, pend in zip(calls[:reply.journaled], pends, strict=False):
+                assert pend.task is not None and pend.task.done()
+                # the journaled value is the codec round trip of the body's result
+                results.append(codec.loads(codec.dumps(pend.task.result())))
+                self.stats.reports.append(StepReport(
+                    work_id=call.work_id, attempt=call.attempt, step=call.step,
+                    status="completed", inline=True))
+            stop = reply.stop
+            if stop is None:
+                return results, None
+            call, pend = calls[reply.journaled], pends[reply.journaled]
+            inline = stop.status == "completed" and (stop.result or "").startswith("v:")
+            self.stats.reports.append(StepReport(
+                work_id=call.work_id, attempt=call.attempt, step=call.step, status=stop.status,
+                detail=stop.detail, inline=inline))
+            if stop.rejection is not None:
+                raise error_from_dict(stop.rejection)
+            if pend.task is None:
+                raise BackendUnavailable(
+                    f"step {call.step!r} of {call.work_id!r}: the activity never ran "
+                    f"({stop.status}: {stop.detail})", work_id=call.work_id)
+            return results, (await pend.task,)
+        except asyncio.CancelledError:
+            for pend in pends:
+                if pend.task is not None and not pend.task.done():
+                    pend.task.cancel()
+            raise
+        finally:
+            for key in keys:
+                self._pending.pop(key, None)
 
     async def _run(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                    record: str | None) -> tuple[Any, StepReply]:
