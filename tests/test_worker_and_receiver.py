@@ -130,3 +130,24 @@ async def test_run_steps_restores_what_matches_and_runs_the_rest_once(
     assert again == out and calls == ["s1", "s2"]   # everything restored
     with pytest.raises(outlive.StaleOwner):
         await w.run_steps([("s3", summ, {"s3": "late"})])
+
+
+async def test_a_failed_batch_is_retried_without_rerunning_journaled_steps(
+        backend: outlive.Backend) -> None:
+    _ctl, w = await setup(backend)
+    calls: list[str] = []
+    fail = [True]
+
+    def summ(**kw: str) -> str:
+        name = next(iter(kw))
+        calls.append(name)
+        if name == "s2" and fail[0]:
+            fail[0] = False
+            raise RuntimeError("model timeout")
+        return name
+
+    plan = [(k, summ, {k: v}) for k, v in V1.items()]
+    with pytest.raises(RuntimeError):
+        await w.run_steps(plan)
+    assert await w.run_steps(plan) == ["s1", "s2"]
+    assert calls == ["s1", "s2", "s2"]

@@ -193,7 +193,15 @@ class Worker:
             records.append(record)
             todo.append((name, key, sources, rid))
         if calls:
-            results = await self.backend.run_and_record_many(calls, fns, records)
+            try:
+                results = await self.backend.run_and_record_many(calls, fns, records)
+            except BaseException:
+                # The steps before the failure are journaled: re-read, so a retry restores them
+                # instead of calling the model again.
+                fresh = await self.backend.load(self.work_id)
+                if fresh is not None:
+                    self._state = fresh
+                raise
             for (name, key, sources, rid), result in zip(todo, results, strict=True):
                 self._results[name] = result
                 self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
