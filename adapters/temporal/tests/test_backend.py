@@ -19,6 +19,7 @@ from outlive.errors import (
     VersionMismatch,
 )
 from outlive.hashing import content_hash, input_key
+from outlive_conformance.testing import open_work
 from outlive_temporal import TemporalBackend, workflow_id
 from outlive_temporal.backend import parse_url, work_id_of
 
@@ -122,11 +123,8 @@ async def _eventually_listed(backend: TemporalBackend, work: str) -> list[str]:
 
 
 async def test_rejections_are_typed_and_write_nothing(backend: TemporalBackend) -> None:
-    work = wid("bad")
-    ctl = Controller(backend, clock=lambda: 1)
-    await ctl.open_work(work)
-    await ctl.publish(work, "v1", V1)
-    a1 = await ctl.admit(work)
+    opened = await open_work(backend, versions={"v1": V1}, work_id=wid("bad"))
+    work, a1 = opened.work_id, opened.attempt
     st0 = await backend.load(work)
     n0 = await accepted_updates(backend, work)
     sources = {"s1": content_hash(V1["s1"])}
@@ -163,13 +161,9 @@ async def test_rejections_are_typed_and_write_nothing(backend: TemporalBackend) 
 
 
 async def test_candidate_for_another_version_is_refused(backend: TemporalBackend) -> None:
-    work = wid("pins")
-    ctl = Controller(backend, clock=lambda: 1)
-    await ctl.open_work(work)
-    await ctl.publish(work, "v1", V1)
-    a1 = await ctl.admit(work)
-    w1 = Worker(backend, a1, V1, clock=lambda: 2)
-    await w1.start()
+    opened = await open_work(backend, versions={"v1": V1}, work_id=wid("pins"))
+    work, ctl = opened.work_id, opened.ctl
+    w1 = opened.worker
     for k, v in V1.items():
         await w1.step(k, summarise, **{k: v})
     cand = await w1.candidate({"text": "4.1"})
@@ -187,13 +181,9 @@ async def test_continue_as_new_carries_the_ledger(backend_url: str) -> None:
     b = TemporalBackend(backend_url + "?can_after=4")
     await b.start()
     try:
-        work = wid("can")
-        ctl = Controller(b, clock=lambda: 1)
-        await ctl.open_work(work)
-        await ctl.publish(work, "v1", V1)
-        a1 = await ctl.admit(work)
-        w1 = Worker(b, a1, V1, clock=lambda: 2)
-        await w1.start()
+        opened = await open_work(b, versions={"v1": V1}, work_id=wid("can"))
+        work = opened.work_id
+        w1 = opened.worker
         for i in range(10):
             await w1.heartbeat()
             if i == 5:
@@ -227,13 +217,8 @@ async def test_concurrent_works(backend: TemporalBackend) -> None:
 
 
 async def test_run_step_runs_the_body_once_as_an_activity(backend: TemporalBackend) -> None:
-    work = wid("once")
-    ctl = Controller(backend, clock=lambda: 1)
-    await ctl.open_work(work)
-    await ctl.publish(work, "v1", V1)
-    a = await ctl.admit(work)
-    w = Worker(backend, a, V1, clock=lambda: 2)
-    await w.start()
+    opened = await open_work(backend, versions={"v1": V1}, work_id=wid("once"))
+    w = opened.worker
     n = 0
 
     def boom(**kw: Any) -> None:
@@ -266,13 +251,9 @@ async def test_options_run_the_same_work(backend_url: str, params: str) -> None:
     b = TemporalBackend(backend_url + params)
     await b.start()
     try:
-        work = wid("opts")
-        ctl = Controller(b, clock=lambda: 1)
-        await ctl.open_work(work)
-        await ctl.publish(work, "v1", V1)
-        a = await ctl.admit(work)
-        w = Worker(b, a, V1, clock=lambda: 2)
-        await w.start()
+        opened = await open_work(b, versions={"v1": V1}, work_id=wid("opts"))
+        work, ctl = opened.work_id, opened.ctl
+        w = opened.worker
         for k, v in V1.items():
             await w.step(k, summarise, **{k: v})
         cand = await w.candidate({"text": "d"})
