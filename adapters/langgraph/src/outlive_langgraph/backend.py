@@ -25,7 +25,6 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -35,11 +34,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
 
-from outlive import codec
 from outlive.backend import Backend, StepCall
 from outlive.errors import BackendUnavailable, ConfigError, InvalidRecord
 from outlive.ledger import Command, OpenWork, Outcome, apply
-from outlive.records import JournalEntry, WorkState
+from outlive.records import WorkState
+from outlive.sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
 
 from ._context import INSIDE_TASK
 from ._savers import LoopSqliteSaver
@@ -55,23 +54,6 @@ __all__ = [
 
 Durability = Literal["sync", "async", "exit"]
 _DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS outlive_works (
-    work_id     TEXT PRIMARY KEY,
-    seq         INTEGER NOT NULL,
-    epoch       INTEGER NOT NULL,
-    journal_len INTEGER NOT NULL,
-    state       TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS outlive_journal (
-    work_id TEXT NOT NULL,
-    idx     INTEGER NOT NULL,
-    entry   TEXT NOT NULL,
-    PRIMARY KEY (work_id, idx)
-);
-"""
-
 
 def journal_prefix(old: WorkState | None, new: WorkState) -> int | None:
     """How many journal entries ``new`` shares with ``old`` as a prefix (None: rewritten).
@@ -209,19 +191,6 @@ class LangGraphMemoryBackend(LangGraphBackend):
             return sorted(self._works)
 
 
-def sqlite_path(url: str) -> str:
-    """``langgraph+sqlite:///rel.db`` -> ``rel.db``; ``...:////abs.db`` -> ``/abs.db``."""
-    parts = urlsplit(url)
-    if parts.netloc:
-        raise ConfigError(
-            f"{url}: use langgraph+sqlite:///relative.db or langgraph+sqlite:////absolute.db",
-            url=url)
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if not path:
-        raise ConfigError(f"{url}: no database path", url=url)
-    return path
-
-
 class LangGraphSqliteBackend(LangGraphBackend):
     """``langgraph+sqlite:///PATH``: checkpoints and the fenced ledger in one SQLite file."""
 
@@ -231,7 +200,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         super().__init__(url)
         self.path = sqlite_path(url)
         self._saver: LoopSqliteSaver | None = None
-        self._cache: dict[str, tuple[int, WorkState]] = {}
+        self._store = SqliteLedgerStore(self.path)
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
@@ -248,7 +217,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
             saver = LoopSqliteSaver(conn)
             with saver.lock:
                 saver.setup()  # creates checkpoints/writes and switches the file to WAL
-                conn.executescript(_SCHEMA)
+                conn.executescript(SCHEMA)
                 conn.commit()
                 # A truncated or damaged file fails here, before anything is written, not mid-run.
                 problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
@@ -267,34 +236,6 @@ class LangGraphSqliteBackend(LangGraphBackend):
                                      url=self.url)
         return self._saver
 
-    def _read(self, conn: sqlite3.Connection, work_id: str) -> tuple[int, WorkState | None]:
-        row = conn.execute("SELECT seq FROM outlive_works WHERE work_id = ?", (work_id,)).fetchone()
-        if row is None:
-            return -1, None
-        seq = int(row[0])
-        cached = self._cache.get(work_id)
-        if cached is not None and cached[0] == seq:
-            return seq, cached[1]
-        text, n = conn.execute("SELECT state, journal_len FROM outlive_works WHERE work_id = ?",
-                               (work_id,)).fetchone()
-        head = codec.loads(text)
-        entries = tuple(codec.loads(r[0]) for r in conn.execute(
-            "SELECT entry FROM outlive_journal WHERE work_id = ? AND idx < ? ORDER BY idx",
-            (work_id, n)))
-        if (not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq
-                or len(entries) != n or not all(isinstance(e, JournalEntry) for e in entries)):
-            raise InvalidRecord(f"{self.path}: the ledger rows of {work_id!r} are corrupt",
-                                work_id=work_id)
-        state = replace(head, journal=entries)
-        self._cache[work_id] = (seq, state)
-        return seq, state
-
-    @staticmethod
-    def _write_journal(conn: sqlite3.Connection, work_id: str, new: WorkState, start: int) -> None:
-        conn.executemany(
-            "INSERT OR REPLACE INTO outlive_journal (work_id, idx, entry) VALUES (?,?,?)",
-            [(work_id, i, codec.dumps(new.journal[i])) for i in range(start, len(new.journal))])
-
     def _execute(self, work_id: str, command: Command) -> Outcome:
         saver = self._db()
         conn = saver.conn
@@ -304,39 +245,11 @@ class LangGraphSqliteBackend(LangGraphBackend):
             except sqlite3.OperationalError as exc:
                 raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
             try:
-                seq, state = self._read(conn, work_id)
-                new, outcome = apply(state, command, work_id=work_id)
-                if state is None or new is not state:
-                    head = codec.dumps(replace(new, journal=()))
-                    if state is None:
-                        conn.execute(
-                            "INSERT INTO outlive_works (work_id, seq, epoch, journal_len, state) "
-                            "VALUES (?,?,?,?,?)",
-                            (work_id, new.seq, new.epoch, len(new.journal), head))
-                    else:
-                        # The conditional update is the compare-and-set LangGraph's savers lack.
-                        cur = conn.execute(
-                            "UPDATE outlive_works SET seq = ?, epoch = ?, journal_len = ?, "
-                            "state = ? WHERE work_id = ? AND seq = ? AND epoch <= ?",
-                            (new.seq, new.epoch, len(new.journal), head, work_id, seq,
-                             new.epoch))
-                        if cur.rowcount != 1:
-                            raise BackendUnavailable(
-                                f"{work_id}: a concurrent ledger write won the race; retry",
-                                work_id=work_id)
-                    start = journal_prefix(state, new)
-                    if start is None:
-                        conn.execute("DELETE FROM outlive_journal WHERE work_id = ?", (work_id,))
-                        start = 0
-                    self._write_journal(conn, work_id, new, start)
-                conn.commit()
+                return self._store.execute(conn, work_id, command, conn.commit)
             except BaseException:
-                self._cache.pop(work_id, None)
                 if conn.in_transaction:
                     conn.rollback()
                 raise
-            self._cache[work_id] = (new.seq, new)
-            return outcome
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         try:
@@ -355,7 +268,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
                 if own:
                     conn.execute("BEGIN")
                 try:
-                    return self._read(conn, work_id)[1]
+                    return self._store.read(conn, work_id)[1]
                 finally:
                     if own:
                         conn.execute("COMMIT")
