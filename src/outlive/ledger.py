@@ -375,12 +375,10 @@ def _heartbeat(state: WorkState, cmd: Heartbeat) -> tuple[WorkState, Outcome]:
     Correctness never depends on a worker learning early that it was replaced; the fenced
     writes stop it. The outcome ``superseded`` lets a worker that reads replies stop sooner.
     """
-    att = state.attempt(cmd.attempt)
-    if att is None or att.token != cmd.token or cmd.token > state.epoch or cmd.token <= 0:
-        _fence(state, cmd.attempt, cmd.token)  # raises UnknownToken
-        raise AssertionError("unreachable")
-    if cmd.token < state.epoch:
-        return state, Outcome(kind="superseded", record=att, seq=state.seq)
+    known = state.attempt(cmd.attempt)
+    if known is not None and known.token == cmd.token and 0 < cmd.token < state.epoch:
+        return state, Outcome(kind="superseded", record=known, seq=state.seq)
+    att, _stale = _fence(state, cmd.attempt, cmd.token)   # forged tokens still raise
     if att.state not in _LIVE:
         return state, Outcome(kind="ignored", record=att, seq=state.seq)
     att = replace(att, state=AttemptState.RUNNING, last_heartbeat=max(att.last_heartbeat, cmd.at),

@@ -43,6 +43,28 @@ class StepRecord:
     restored: bool
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """One step, keyed and ready: its engine call, body, and the fenced write of its result."""
+
+    worker: Worker
+    name: str
+    sources: dict[str, str]
+    key: str
+    rid: str
+    call: StepCall
+    body: Callable[[], Awaitable[Any]]
+
+    def write(self, result: Any) -> L.StepWrite:
+        return L.StepWrite(step=self.name, sources=self.sources, input_key=self.key,
+                           result=result, result_id=self.rid)
+
+    def record(self, result: Any) -> L.Command:
+        w = self.worker
+        return L.RecordSteps(attempt=w.attempt.number, token=w.token, entries=(self.write(result),),
+                             at=w.clock())
+
+
 def _ms() -> int:
     return int(time.time() * 1000)
 
@@ -99,54 +121,56 @@ class Worker:
     async def _call(self, cmd: L.Command) -> L.Outcome:
         return await self.backend.execute(self.work_id, cmd)
 
-    async def step(self, name: str, fn: Callable[..., Any], /, **inputs: Any) -> Any:
-        """Restore ``name`` if the journal holds its input key, else run ``fn(**inputs)``.
-
-        The declared ``inputs`` are the whole key: a step that reads anything else makes reuse
-        unsound. Inputs named like a part of the pinned version are checked against it.
-        """
-        st = self._st()
+    def _prepare(self, name: str, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> _Prepared:
         sources = {k: content_hash(v) for k, v in inputs.items()}
         key = input_key(name, sources)
-        done = self.steps.get(name)
-        if done is not None and done.input_key == key:
-            return self._results[name]   # already run or restored in this attempt
-        entry = st.lookup(name, key)
-        if entry is not None:
-            self._results[name] = entry.result
-            self._parts[name] = Part(step=name, input_key=key, sources=sources,
-                                     result_id=entry.result_id)
-            self.steps[name] = StepRecord(step=name, input_key=key, result_id=entry.result_id,
-                                          restored=True)
-            return entry.result
+        rid = L.result_id(self.work_id, name, key, self.attempt.number)
+        ins = dict(inputs)
 
         async def body() -> Any:
-            out = fn(**inputs)
+            out = fn(**ins)
             if inspect.isawaitable(out):
                 out = await out
             return out
 
         call = StepCall(work_id=self.work_id, attempt=self.attempt.number, token=self.token,
                         step=name, input_key=key, persist=self.persist)
-        rid = L.result_id(self.work_id, name, key, self.attempt.number)
+        return _Prepared(self, name, sources, key, rid, call, body)
 
-        def write_for(result: Any) -> L.StepWrite:
-            return L.StepWrite(step=name, sources=sources, input_key=key, result=result,
-                               result_id=rid)
+    def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool) -> None:
+        self._results[p.name] = result
+        self._parts[p.name] = Part(step=p.name, input_key=p.key, sources=p.sources,
+                                   result_id=result_id)
+        self.steps[p.name] = StepRecord(step=p.name, input_key=p.key, result_id=result_id,
+                                        restored=restored)
 
-        def record(result: Any) -> L.Command:
-            return L.RecordSteps(attempt=self.attempt.number, token=self.token,
-                                 entries=(write_for(result),), at=self.clock())
+    def _restore(self, p: _Prepared) -> bool:
+        """Satisfy ``p`` from this attempt or the journal, if its key is there."""
+        done = self.steps.get(p.name)
+        if done is not None and done.input_key == p.key:
+            return True   # already run or restored in this attempt
+        entry = self._st().lookup(p.name, p.key)
+        if entry is None:
+            return False
+        self._remember(p, entry.result, entry.result_id, restored=True)
+        return True
 
+    async def step(self, name: str, fn: Callable[..., Any], /, **inputs: Any) -> Any:
+        """Restore ``name`` if the journal holds its input key, else run ``fn(**inputs)``.
+
+        The declared ``inputs`` are the whole key: a step that reads anything else makes reuse
+        unsound. Inputs named like a part of the pinned version are checked against it.
+        """
+        p = self._prepare(name, fn, inputs)
+        if self._restore(p):
+            return self._results[name]
         if self.persist == "step":
-            result, _ = await self.backend.run_and_record(call, body, record)
+            result, _ = await self.backend.run_and_record(p.call, p.body, p.record)
         else:
-            result = await self.backend.run_step(call, body)
+            result = await self.backend.run_step(p.call, p.body)
             L._size(result, f"result of step {name!r}")
-            self._pending.append(write_for(result))
-        self._results[name] = result
-        self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
-        self.steps[name] = StepRecord(step=name, input_key=key, result_id=rid, restored=False)
+            self._pending.append(p.write(result))
+        self._remember(p, result, p.rid, restored=False)
         return result
 
     async def run_steps(self, plan: Sequence[tuple[str, Callable[..., Any], Mapping[str, Any]]]) \
@@ -160,41 +184,12 @@ class Worker:
         """
         if self.persist != "step":
             return [await self.step(name, fn, **dict(inputs)) for name, fn, inputs in plan]
-        st = self._st()
-        calls: list[StepCall] = []
-        fns: list[Callable[[], Awaitable[Any]]] = []
-        records: list[Callable[[Any], L.Command]] = []
-        todo: list[tuple[str, str, dict[str, str], str]] = []
-        for name, fn, inputs in plan:
-            ins = dict(inputs)
-            sources = {k: content_hash(v) for k, v in ins.items()}
-            key = input_key(name, sources)
-            if st.lookup(name, key) is not None or name in self.steps:
-                continue
-            rid = L.result_id(self.work_id, name, key, self.attempt.number)
-
-            def body(fn: Callable[..., Any] = fn, ins: dict[str, Any] = ins) -> Awaitable[Any]:
-                async def run() -> Any:
-                    out = fn(**ins)
-                    if inspect.isawaitable(out):
-                        out = await out
-                    return out
-                return run()
-
-            def record(result: Any, name: str = name, sources: dict[str, str] = sources,
-                       key: str = key, rid: str = rid) -> L.Command:
-                return L.RecordSteps(attempt=self.attempt.number, token=self.token, at=self.clock(),
-                                     entries=(L.StepWrite(step=name, sources=sources, input_key=key,
-                                                          result=result, result_id=rid),))
-
-            calls.append(StepCall(work_id=self.work_id, attempt=self.attempt.number,
-                                  token=self.token, step=name, input_key=key, persist="step"))
-            fns.append(body)
-            records.append(record)
-            todo.append((name, key, sources, rid))
-        if calls:
+        todo = [p for p in (self._prepare(name, fn, inputs) for name, fn, inputs in plan)
+                if not self._restore(p)]
+        if todo:
             try:
-                results = await self.backend.run_and_record_many(calls, fns, records)
+                results = await self.backend.run_and_record_many(
+                    [p.call for p in todo], [p.body for p in todo], [p.record for p in todo])
             except BaseException:
                 # The steps before the failure are journaled: re-read, so a retry restores them
                 # instead of calling the model again.
@@ -202,17 +197,13 @@ class Worker:
                 if fresh is not None:
                     self._state = fresh
                 raise
-            for (name, key, sources, rid), result in zip(todo, results, strict=True):
-                self._results[name] = result
-                self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
-                self.steps[name] = StepRecord(step=name, input_key=key, result_id=rid,
-                                              restored=False)
-        # restored steps (and any already run) go through step(): a lookup, no call
-        out = [await self.step(name, fn, **dict(inputs)) for name, fn, inputs in plan]
-        order = [n for n in self.steps if n not in {p[0] for p in plan}] + [p[0] for p in plan]
+            for p, result in zip(todo, results, strict=True):
+                self._remember(p, result, p.rid, restored=False)
+        names = [name for name, _fn, _inputs in plan]
+        order = [n for n in self.steps if n not in set(names)] + names
         self.steps = {n: self.steps[n] for n in order}       # plan order, as step() would give
         self._parts = {n: self._parts[n] for n in order}
-        return out
+        return [self._results[n] for n in names]
 
     def result(self, name: str) -> Any:
         return self._results[name]

@@ -225,7 +225,7 @@ class _Run:
         async def summarise(**inputs: str) -> dict[str, str]:
             (text,) = inputs.values()
             self.calls += 1
-            if (actor.number == self.first_token_number() and step == self.sc.silent_step
+            if (actor.number == self.sc.silent_attempt and step == self.sc.silent_step
                     and not actor.held_once):
                 actor.held_once = True
                 if self.sw.silent == "crashed":
@@ -235,9 +235,6 @@ class _Run:
             return {"summary": _first_sentence(text)}
 
         return summarise
-
-    def first_token_number(self) -> int:
-        return self.sc.silent_attempt
 
     # -- phases --------------------------------------------------------------------------------
     async def wake(self) -> None:
@@ -266,8 +263,7 @@ class _Run:
             else:
                 self.log("attempt", f"#{a.number} wakes and finishes {step} -> {short(rid)} "
                          "(kept in memory until the end of its attempt)")
-            self.truth[rid] = content_hash(self.sc.versions[a.version or self.sc.first_version][step]) \
-                if a.version else self.truth.get(rid, "")
+            self.truth[rid] = content_hash(self.sc.versions[a.version or self.sc.first_version][step])
 
     async def consumer(self, st: WorkState) -> None:
         c = self.sc.consumer
