@@ -10,7 +10,6 @@ add :class:`DurableBackendContract` when the backend claims durability.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,7 +28,7 @@ from outlive.errors import (
 )
 from outlive.hashing import content_hash, input_key
 
-from .testing import FORM, V1, V2, open_work, summarise, unique_work_id
+from .testing import FORM, V1, V2, BackendFixture, open_work, summarise, unique_work_id
 
 __all__ = ["BackendContractSuite", "DurableBackendContract"]
 
@@ -39,16 +38,7 @@ async def _unchanged(backend: Backend, work_id: str, before: Any) -> None:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-class BackendContractSuite:
-    @pytest.fixture(scope="class")
-    @classmethod
-    async def outlive_backend(cls, backend_url: str) -> AsyncIterator[Backend]:
-        backend = await open_backend(backend_url)
-        try:
-            yield backend
-        finally:
-            await backend.close()
-
+class BackendContractSuite(BackendFixture):
     async def test_a_replaced_owner_is_refused_and_nothing_is_written(
             self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)

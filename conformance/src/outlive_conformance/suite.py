@@ -8,7 +8,6 @@ field, with the same run on ``memory://``: an engine may be slower, never differ
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,6 +16,7 @@ from outlive import Backend, open_backend
 from .golden import GOLDEN, WITNESSES, Golden, protected_switches
 from .harness import RunSummary, run_scenario
 from .scenario import Scenario, Switches, q3_report
+from .testing import BackendFixture
 
 __all__ = ["ConformanceSuite", "reference_run"]
 
@@ -41,22 +41,13 @@ def _diff(a: RunSummary, b: RunSummary) -> list[str]:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-class ConformanceSuite:
+class ConformanceSuite(BackendFixture):
     """Golden runs, the 24 protected runs and one witness per protection removed."""
 
     @pytest.fixture(scope="class")
     @classmethod
     def scenario(cls) -> Scenario:
         return q3_report()
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    async def outlive_backend(cls, backend_url: str) -> AsyncIterator[Backend]:
-        backend = await open_backend(backend_url)
-        try:
-            yield backend
-        finally:
-            await backend.close()
 
     async def run(self, backend: Backend, scenario: Scenario, sw: Switches) -> RunSummary:
         work_id = f"conformance/{uuid.uuid4().hex[:12]}/{scenario.work_id}"

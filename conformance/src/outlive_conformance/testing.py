@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
-from outlive import Attempt, Backend, Contract, Controller, Policy, Worker
+import pytest
 
-__all__ = ["FORM", "V1", "V2", "OpenedWork", "open_work", "summarise", "unique_work_id"]
+from outlive import Attempt, Backend, Contract, Controller, Policy, Worker, open_backend
+
+__all__ = ["FORM", "V1", "V2", "BackendFixture", "OpenedWork", "open_work", "summarise",
+           "unique_work_id"]
 
 V1 = {"s1": "Q3 overview.", "s2": "Revenue was 4.1 million for the quarter."}
 V2 = {"s1": "Q3 overview.", "s2": "Revenue was 4.7 million for the quarter."}
@@ -61,3 +64,16 @@ async def open_work(backend: Backend, *, versions: Mapping[str, Mapping[str, str
     w = Worker(backend, att, vs[first], clock=lambda: clock[0])
     await w.start()
     return OpenedWork(work_id=work, ctl=ctl, attempt=att, worker=w, clock=clock)
+
+
+class BackendFixture:
+    """Base for suites: one backend per test class, opened from the subclass's ``backend_url``."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    async def outlive_backend(cls, backend_url: str) -> AsyncIterator[Backend]:
+        backend = await open_backend(backend_url)
+        try:
+            yield backend
+        finally:
+            await backend.close()
