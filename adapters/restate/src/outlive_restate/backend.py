@@ -300,23 +300,12 @@ class RestateBackend(Backend):
         pending = Pending(fn)
         PENDING[pid] = pending
         self._inflight[pid] = call
-        body = json.dumps({"id": pid, "work_id": call.work_id, "attempt": call.attempt,
-                           "token": call.token, "step": call.step,
-                           "input_key": call.input_key}).encode()
+        sent = asyncio.ensure_future(
+            self._call(f"/{self._steps_name}/run", self._step_body(pid, call), key=pid))
         try:
-            raw = await self._call(f"/{self._steps_name}/run", body, key=pid)
+            raw = await self._step_answer(call, pid, pending, sent)
         except asyncio.CancelledError:
             pending.cancel()
-            raise
-        except OutliveError as exc:
-            pending.cancel()  # the invocation ended without the body: never let it finish
-            if pending.error is not None:
-                raise pending.error from None
-            if pid in self._revoked:
-                raise StaleOwner(
-                    f"Restate refused step {call.step!r} of attempt #{call.attempt}: its "
-                    f"invocation was killed when the attempt was revoked", token=call.token,
-                    attempt=call.attempt, engine="restate") from exc
             raise
         finally:
             PENDING.pop(pid, None)
