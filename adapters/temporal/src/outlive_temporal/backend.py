@@ -260,6 +260,22 @@ class TemporalBackend(Backend):
         return self._client
 
     # -- ledger --------------------------------------------------------------------------------
+    async def _update(self, work_id: str, name: str, arg: Any, update_id: str,
+                      result_type: type[T], what: str) -> T:
+        """One update on the work's ledger workflow, resent with the same id across reconnects;
+        a ledger workflow that does not exist is ``NotFound``."""
+        handle = self._c().get_workflow_handle(workflow_id(work_id))
+
+        async def send() -> T:
+            reply: T = await handle.execute_update(name, arg, id=update_id,
+                                                   result_type=result_type)
+            return reply
+
+        try:
+            return await self._retrying(what, send)
+        except RPCError as exc:
+            raise NotFound(f"work {work_id!r} is not open", work_id=work_id) from exc
+
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Ride out an unreachable or restarting server for ``retry_s``, then say so."""
         deadline = time.monotonic() + self.config.retry_s
@@ -483,7 +499,7 @@ class TemporalBackend(Backend):
                      texts: list[str]) -> tuple[list[Any], tuple[Any] | None]:
         """One ``steps`` update. Returns the journaled results and, if the batch stopped on a
         step that ran but could not be journaled in the workflow, that step's result."""
-        client = self._c()
+        self._c()  # not started: BackendUnavailable before any body is registered
         cfg = self.config
         pends = [_Pending(fn=fn) for fn in fns]
         keys = [uuid.uuid4().hex for _ in fns]
@@ -495,18 +511,9 @@ class TemporalBackend(Backend):
             task_queue=self.step_queue, heartbeat_ms=cfg.heartbeat_ms,
             start_to_close_ms=cfg.start_to_close_ms)
         work_id = calls[0].work_id
-        handle = client.get_workflow_handle(workflow_id(work_id))
-
-        async def send() -> BatchReply:
-            reply: BatchReply = await handle.execute_update("steps", req, id=f"steps-{keys[0]}",
-                                                            result_type=BatchReply)
-            return reply
-
         try:
-            try:
-                reply = await self._retrying(f"{len(calls)} steps of {work_id!r}", send)
-            except RPCError as exc:
-                raise NotFound(f"work {work_id!r} is not open", work_id=work_id) from exc
+            reply = await self._update(work_id, "steps", req, f"steps-{keys[0]}", BatchReply,
+                                       f"{len(calls)} steps of {work_id!r}")
             results: list[Any] = []
             for call, pend in zip(calls[:reply.journaled], pends, strict=False):
                 assert pend.task is not None and pend.task.done()
@@ -541,7 +548,7 @@ class TemporalBackend(Backend):
 
     async def _run(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                    record: str | None) -> tuple[Any, StepReply]:
-        client = self._c()
+        self._c()  # not started: BackendUnavailable before any body is registered
         key = uuid.uuid4().hex
         pend = _Pending(fn=fn)
         self._pending[key] = pend
@@ -549,18 +556,10 @@ class TemporalBackend(Backend):
         req = StepRequest(key=key, task_queue=self.step_queue, step=call.step,
                           attempt=call.attempt, heartbeat_ms=cfg.heartbeat_ms,
                           start_to_close_ms=cfg.start_to_close_ms, record=record)
-        handle = client.get_workflow_handle(workflow_id(call.work_id))
-
-        async def send() -> StepReply:
-            reply: StepReply = await handle.execute_update("step", req, id=f"step-{key}",
-                                                           result_type=StepReply)
-            return reply
-
         try:
             try:
-                reply = await self._retrying(f"step {call.step!r} of {call.work_id!r}", send)
-            except RPCError as exc:
-                raise NotFound(f"work {call.work_id!r} is not open", work_id=call.work_id) from exc
+                reply = await self._update(call.work_id, "step", req, f"step-{key}", StepReply,
+                                           f"step {call.step!r} of {call.work_id!r}")
             except BackendUnavailable:
                 if pend.task is None:
                     raise  # the body never ran: nothing happened
