@@ -78,9 +78,10 @@ def _terminal(exc: OutliveError) -> restate.TerminalError:
 #   "j/<i>" -> journal entry i                                              (written once)
 # The journal is append-only in the ledger, so a command writes the small core and only the new
 # entries, never the whole history again. Both live in the same invocation's state, so they
-# commit together or not at all. Decoded states are cached in-process; the stored bytes stay the
-# only truth (the cache is used only when the core Restate hands us is byte-for-byte the one the
-# cached state was read or written with).
+# commit together or not at all. Decoded states are cached in-process to save decoding only: every
+# read still happens (it is a replayed journal entry), and the stored bytes stay the only truth
+# (the cache is used only when the core Restate hands us is byte-for-byte the one it was read or
+# written with).
 _CORE = "core"
 _DECODED: dict[str, tuple[bytes, WorkState]] = {}
 _CACHE_MAX = 4096
@@ -98,17 +99,21 @@ async def _read(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> Wor
     if not core:
         return None
     hit = _DECODED.get(key)
-    if hit is not None and hit[0] == core:
-        return hit[1]
     try:
         head = json.loads(core)
-        base = codec.decode(head["s"])
-        entries = []
+        # Every state read is a journal entry Restate replays: the same reads must happen
+        # whether or not this process has the state cached (a restarted deployment has not),
+        # or the replay fails with a journal mismatch. The cache only saves decoding.
+        raws = []
         for i in range(int(head["n"])):
             raw = await ctx.get(f"j/{i}", serde=_B)
             if raw is None:
                 raise InvalidRecord(f"journal entry {i} of {key!r} is missing", work_id=key)
-            entries.append(codec.loads(raw))
+            raws.append(raw)
+        if hit is not None and hit[0] == core:
+            return hit[1]
+        base = codec.decode(head["s"])
+        entries = [codec.loads(raw) for raw in raws]
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidRecord(f"the stored ledger of {key!r} is corrupt: {exc}",
                             work_id=key) from exc
