@@ -31,7 +31,7 @@ from restate.serde import BytesSerde
 from outlive import codec
 from outlive import ledger as L
 from outlive.errors import InvalidRecord, OutliveError, Rejected
-from outlive.records import AttemptState, WorkState
+from outlive.records import AttemptState, JournalEntry, WorkState
 
 __all__ = [
     "ERROR_PREFIX",
@@ -74,66 +74,136 @@ def _terminal(exc: OutliveError) -> restate.TerminalError:
 
 
 # Storage layout in the object's K/V state (one Virtual Object per work):
-#   "core"  -> {"n": journal length, "s": the WorkState without its journal}  (rewritten)
-#   "j/<i>" -> journal entry i                                              (written once)
+#   "core"    -> {"n": journal length, "s": the WorkState whose journal holds only its last entry}
+#   "j/<i>"   -> journal entry i                                   (written once)
+#   "r/<rid>" -> "i": where the entry with result id <rid> lives    (written once)
 # The journal is append-only in the ledger, so a command writes the small core and only the new
-# entries, never the whole history again. Both live in the same invocation's state, so they
-# commit together or not at all. Decoded states are cached in-process to save decoding only: every
-# read still happens (it is a replayed journal entry), and the stored bytes stay the only truth
-# (the cache is used only when the core Restate hands us is byte-for-byte the one it was read or
-# written with).
+# entries, never the whole history again; all of them commit with the invocation's journal.
+#
+# A command reads only what the pure ``ledger.apply`` looks at for it: every command reads
+# "core"; ``RecordSteps`` and ``SubmitCandidate`` also read the entries they name by result id
+# (to dedupe a retried write and to check a candidate's parts), through "r/<rid>". So the reads
+# are a function of the stored core and the command alone. That matters: each read is a journal
+# entry Restate replays, and a replay that reads differently fails with a journal mismatch
+# (RT0016; reads that depended on an in-process cache once did exactly that). ``apply`` then runs
+# on a *view* of the state whose journal holds those entries and the last one, in journal order:
+# it dedupes against them, appends after them, and its ``journal[-1]`` is the real last entry.
+# An index that points at or past "n", or at another entry, is an entry that never committed (a
+# write cut short by a kill, see ``owned``): it counts as absent. Decoded cores are cached
+# in-process to save decoding only: the cache is used when the bytes Restate hands us are the
+# ones it was decoded from.
 _CORE = "core"
-_DECODED: dict[str, tuple[bytes, WorkState]] = {}
+_DECODED: dict[str, tuple[bytes, int, WorkState]] = {}
 _CACHE_MAX = 4096
 
 
-def _remember(key: str, core: bytes, state: WorkState) -> None:
+@dataclass(frozen=True)
+class _View:
+    """The state a command sees: ``n`` journal entries stored, ``state.journal`` a sorted subset."""
+
+    n: int
+    state: WorkState
+
+
+def _corrupt(key: str, why: object) -> InvalidRecord:
+    return InvalidRecord(f"the stored ledger of {key!r} is corrupt: {why}", work_id=key)
+
+
+def _core(key: str, core: bytes) -> tuple[int, WorkState]:
+    hit = _DECODED.get(key)
+    if hit is not None and hit[0] == core:
+        return hit[1], hit[2]
+    try:
+        head = json.loads(core)
+        n = int(head["n"])
+        base = codec.decode(head["s"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _corrupt(key, exc) from exc
+    if not isinstance(base, WorkState) or base.work_id != key or n < len(base.journal):
+        raise _corrupt(key, "bad core record")
+    _remember(key, core, n, base)
+    return n, base
+
+
+def _remember(key: str, core: bytes, n: int, state: WorkState) -> None:
     if key not in _DECODED and len(_DECODED) >= _CACHE_MAX:
         _DECODED.pop(next(iter(_DECODED)))
-    _DECODED[key] = (core, state)
+    _DECODED[key] = (core, n, state)
 
 
-async def _read(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> WorkState | None:
+async def _entry(ctx: restate.ObjectSharedContext | restate.ObjectContext, i: int) -> JournalEntry:
+    raw = await ctx.get(f"j/{i}", serde=_B)
+    if raw is None:
+        raise InvalidRecord(f"journal entry {i} of {ctx.key()!r} is missing", work_id=ctx.key())
+    try:
+        e = codec.loads(raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _corrupt(ctx.key(), exc) from exc
+    if not isinstance(e, JournalEntry):
+        raise _corrupt(ctx.key(), f"entry {i} is a {type(e).__name__}")
+    return e
+
+
+async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
+                rids: frozenset[str] = frozenset()) -> _View | None:
+    """The core, plus the committed entries whose result ids are in ``rids``."""
     key = ctx.key()
     core = await ctx.get(_CORE, serde=_B)
     if not core:
         return None
-    hit = _DECODED.get(key)
-    try:
-        head = json.loads(core)
-        # Every state read is a journal entry Restate replays: the same reads must happen
-        # whether or not this process has the state cached (a restarted deployment has not),
-        # or the replay fails with a journal mismatch. The cache only saves decoding.
-        raws = []
-        for i in range(int(head["n"])):
-            raw = await ctx.get(f"j/{i}", serde=_B)
-            if raw is None:
-                raise InvalidRecord(f"journal entry {i} of {key!r} is missing", work_id=key)
-            raws.append(raw)
-        if hit is not None and hit[0] == core:
-            return hit[1]
-        base = codec.decode(head["s"])
-        entries = [codec.loads(raw) for raw in raws]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidRecord(f"the stored ledger of {key!r} is corrupt: {exc}",
-                            work_id=key) from exc
-    if not isinstance(base, WorkState) or base.work_id != key:
-        raise InvalidRecord(f"the stored ledger of {key!r} is corrupt", work_id=key)
-    state = replace(base, journal=tuple(entries))
-    _remember(key, core, state)
-    return state
+    n, base = _core(key, core)
+    found: dict[int, JournalEntry] = {}
+    for rid in sorted(rids):  # sorted: the same reads in the same order on every replay
+        raw = await ctx.get(f"r/{rid}", serde=_B)
+        if raw is None:
+            continue
+        try:
+            i = int(raw)
+        except ValueError as exc:
+            raise _corrupt(key, exc) from exc
+        if not 0 <= i < n or i in found:
+            continue
+        e = base.journal[-1] if i == n - 1 and base.journal else await _entry(ctx, i)
+        if e.result_id == rid:
+            found[i] = e
+    if n:
+        found[n - 1] = base.journal[-1] if base.journal else await _entry(ctx, n - 1)
+    return _View(n, replace(base, journal=tuple(found[i] for i in sorted(found))))
 
 
-def _write(ctx: restate.ObjectContext, old: WorkState | None, new: WorkState) -> None:
-    start = len(old.journal) if old is not None else 0
-    if old is None or new.journal[:start] != old.journal:
-        start = 0  # not an append (never happens with this ledger): rewrite every entry
-    for i in range(start, len(new.journal)):
-        ctx.set(f"j/{i}", codec.dumps(new.journal[i]).encode(), serde=_B)
-    core = json.dumps({"n": len(new.journal), "s": codec.encode(replace(new, journal=()))},
-                      separators=(",", ":"), ensure_ascii=False).encode()
+async def _read_all(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> WorkState | None:
+    """The whole state, every journal entry included (``load``: restore and inspection)."""
+    view = await _view(ctx)
+    if view is None:
+        return None
+    entries = [await _entry(ctx, i) for i in range(view.n)]
+    return replace(view.state, journal=tuple(entries))
+
+
+def _rids(cmd: L.Command) -> frozenset[str]:
+    """The result ids ``apply`` looks up for ``cmd`` (the only journal entries it reads)."""
+    if isinstance(cmd, L.RecordSteps):
+        return frozenset(w.result_id for w in cmd.entries)
+    if isinstance(cmd, L.SubmitCandidate):
+        return frozenset([*(w.result_id for w in cmd.flush), *(p.result_id for p in cmd.parts)])
+    return frozenset()
+
+
+def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> None:
+    """Store ``new`` (the result of ``apply`` on ``view``): the appended entries, then the core."""
+    n, seen = (view.n, len(view.state.journal)) if view is not None else (0, 0)
+    if view is not None and new.journal[:seen] != view.state.journal:
+        raise _corrupt(ctx.key(), "a command rewrote journal history")  # apply never does
+    added = new.journal[seen:]
+    for k, e in enumerate(added):
+        ctx.set(f"j/{n + k}", codec.dumps(e).encode(), serde=_B)
+        ctx.set(f"r/{e.result_id}", str(n + k).encode(), serde=_B)
+    n += len(added)
+    head = replace(new, journal=new.journal[-1:])
+    core = json.dumps({"n": n, "s": codec.encode(head)}, separators=(",", ":"),
+                      ensure_ascii=False).encode()
     ctx.set(_CORE, core, serde=_B)
-    _remember(ctx.key(), core, new)
+    _remember(ctx.key(), core, n, head)
 
 
 _ENCODED: dict[str, tuple[WorkState, bytes]] = {}
@@ -153,12 +223,13 @@ def _encode_state(key: str, state: WorkState) -> bytes:
 
 async def _apply(ctx: restate.ObjectContext, cmd: L.Command) -> bytes:
     try:
-        state = await _read(ctx)
+        view = await _view(ctx, _rids(cmd))
+        state = view.state if view is not None else None
         new, outcome = L.apply(state, cmd, work_id=ctx.key())
+        if new is not state:
+            _write(ctx, view, new)
     except OutliveError as exc:
         raise _terminal(exc) from None
-    if new is not state:
-        _write(ctx, state, new)
     return codec.dumps(outcome).encode()
 
 
@@ -181,7 +252,7 @@ async def load(ctx: restate.ObjectSharedContext, req: bytes) -> bytes:
     """The last committed state (empty body: never opened). Runs beside the writer."""
     del req
     try:
-        state = await _read(ctx)
+        state = await _read_all(ctx)
     except OutliveError as exc:
         raise _terminal(exc) from None
     return _encode_state(ctx.key(), state) if state is not None else b""
@@ -195,7 +266,8 @@ async def suspect(ctx: restate.ObjectContext, req: bytes) -> bytes:
     any write by the attempt moves one of them, so a live worker is never suspected.
     """
     r = json.loads(req)
-    state = await _read(ctx)
+    view = await _view(ctx)
+    state = view.state if view is not None else None
     if state is None:
         return b'{"kind":"absent"}'
     att = state.attempt(int(r["attempt"]))
