@@ -19,7 +19,7 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -37,7 +37,7 @@ from outlive.errors import (
     StaleOwner,
     error_from_dict,
 )
-from outlive.records import WorkState
+from outlive.records import Attempt, WorkState
 
 from .services import (
     ERROR_PREFIX,
@@ -412,6 +412,55 @@ class RestateBackend(Backend):
             raise InvalidRecord(f"{call.work_id}: the step service answered {raw[:80]!r}")
         return pending.result, outcome
 
+    # -- owners (the worker as a handler of the ledger object, see outlive_restate.owned) --------
+    async def run_owner(self, work_id: str, handler: str, attempt: Attempt, arg: Any = None, *,
+                        snapshot: Mapping[str, Any] | None = None, at: int | None = None,
+                        persist: str = "step") -> Any:
+        """Run ``attempt`` as the owner handler ``handler`` of the work's ledger object.
+
+        One invocation per attempt: its idempotency key is :func:`~outlive_restate.owned.
+        owner_key`, so a repeated call (a client that lost the connection, a restarted
+        controller) attaches to the same invocation or gets its stored answer, and never runs
+        the attempt twice. A successor is a new attempt, so a new invocation. Returns the
+        owner's result, or raises its typed outlive error.
+        """
+        from .owned import owner_key, owner_request
+
+        body = owner_request(attempt.number, attempt.token, arg, snapshot=snapshot, at=at,
+                             persist=persist)
+        path = f"/{LEDGER}/{quote(work_id, safe='')}/{quote(handler, safe='')}"
+        raw = await self._call(path, body, key=owner_key(work_id, attempt.number))
+        return codec.loads(raw)
+
+    async def revoke_owner(self, work_id: str, attempt: int) -> int:
+        """Kill ``attempt``'s running owner invocation (Restate's own fence); how many.
+
+        What it journaled stays (Restate applies state writes as it journals them); whatever it
+        still tries is refused by Restate, since the invocation no longer exists. The lock is
+        released, so the controller can mark the attempt unknown and admit a successor.
+        """
+        from .owned import owner_key
+
+        q = (f"SELECT id FROM sys_invocation WHERE target_service_name = '{LEDGER}' "
+             f"AND idempotency_key = {_sql_str(owner_key(work_id, attempt))} "
+             f"AND status != 'completed'")
+        return await self._kill_where(q)
+
+    async def _kill_where(self, query: str) -> int:
+        http = self._client()
+        try:
+            r = await http.post(f"{self.admin}/query", json={"query": query},
+                                headers={"accept": "application/json"})
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"{self.url}: admin unreachable ({exc!r})") from exc
+        if r.status_code != 200:
+            raise BackendUnavailable(f"{self.url}: admin query failed: {r.text[:300]}")
+        killed = 0
+        for row in r.json().get("rows", []):
+            k = await http.patch(f"{self.admin}/invocations/{row['id']}/kill")
+            killed += int(k.status_code < 300)
+        return killed
+
     async def revoke_steps(self, work_id: str, attempt: int) -> int:
         """Kill the running step invocations of ``attempt`` (Restate's own fence); how many.
 
@@ -476,6 +525,11 @@ async def serve_in_process(http: httpx.AsyncClient, admin: str, app: Any, *,
         raise BackendUnavailable(f"registering a deployment failed: {r.status_code} "
                                  f"{r.text[:300]}")
     return stop, task, str(r.json()["id"])
+
+
+def _sql_str(s: str) -> str:
+    """A SQL string literal for the admin query API (quotes doubled)."""
+    return "'" + s.replace("'", "''") + "'"
 
 
 def _error(r: httpx.Response) -> OutliveError | None:

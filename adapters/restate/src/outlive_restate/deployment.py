@@ -1,5 +1,8 @@
 """``python -m outlive_restate.deployment --bind 127.0.0.1:PORT``: serve the ledger object.
 
+``--import MODULE`` (repeatable) imports modules first, so the owner handlers they declare with
+:func:`outlive_restate.owned.owner` are served as handlers of the ledger object.
+
 A separate process on purpose: Restate owns retries of invocations whose deployment vanished, so
 this process can be killed and restarted on the same address mid-run and the work goes on.
 Hypercorn serves h2c, so Restate uses the bidirectional protocol (``--protocol`` overrides).
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import signal
 
@@ -24,7 +28,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m outlive_restate.deployment")
     p.add_argument("--bind", required=True, help="HOST:PORT, loopback")
     p.add_argument("--protocol", choices=["bidi", "request_response"], default=None)
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it may declare owner handlers)")
     args = p.parse_args(argv)
+    for mod in args.imports:
+        importlib.import_module(mod)
     config = Config()
     config.bind = [args.bind]
     config.accesslog = None

@@ -53,12 +53,15 @@ class RestateServer:
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None, *,
                  binary: str | os.PathLike[str] | None = None,
-                 protocol: str | None = None, ready_timeout: float = 60.0) -> None:
+                 protocol: str | None = None, ready_timeout: float = 60.0,
+                 imports: tuple[str, ...] = ()) -> None:
         self.binary = Path(binary) if binary is not None else default_binary()
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(
             tempfile.mkdtemp(prefix="outlive-restate-"))
         self.protocol = protocol
+        #: Modules the deployment imports before serving (owner handlers of the ledger object).
+        self.imports = tuple(imports)
         self.ready_timeout = ready_timeout
         self.ingress_port = free_port()
         self.admin_port = free_port()
@@ -126,6 +129,8 @@ class RestateServer:
                "--bind", f"127.0.0.1:{self.deployment_port}"]
         if self.protocol:
             cmd += ["--protocol", self.protocol]
+        for mod in self.imports:
+            cmd += ["--import", mod]
         log = open(self.base_dir / "deployment.log", "ab")
         self.deployment = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL)
