@@ -286,3 +286,14 @@ async def test_oversized_step_result_through_the_engine_is_refused(
     with pytest.raises(outlive.errors.PayloadTooLarge):
         await wk.step("s1", huge, s1=V1["s1"])
     assert await backend.load(w) == before
+
+
+async def test_storage_layout_covers_every_collection_of_the_state() -> None:
+    """A record kind added to WorkState must get its own key, or the Restate store drops it."""
+    from dataclasses import fields
+
+    from outlive.records import WorkState
+    from outlive_restate.services import _COLLECTIONS
+
+    tuples = {f.name for f in fields(WorkState) if f.default == ()}
+    assert tuples - {"journal", "attempts"} == set(_COLLECTIONS)

@@ -21,6 +21,7 @@ Then the same for a request-response (HTTP/1.1) step service. Prints a table, wr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import statistics
@@ -40,7 +41,9 @@ from outlive import ledger as L
 
 from .backend import RestateBackend, serve_in_process
 from .handler import ContextBackend
+from .owned import owner
 from .server import RestateServer
+from .services import ledger_app
 
 __all__ = ["main", "measure"]
 
@@ -80,6 +83,96 @@ async def steps(ctx: restate.Context, req: dict[str, Any]) -> int:
     for i in range(n):
         await wk.step(f"s{i}", body, **{f"s{i}": req["parts"][f"s{i}"]})
     return n
+
+
+@owner("outlive_bench_owner")
+async def _owner_steps(worker: Worker, arg: dict[str, Any]) -> int:
+    """n outlive steps by the core Worker as the work's owner (``outlive_restate.owned``)."""
+    snap = worker.snapshot or {}
+
+    async def body(**kw: str) -> dict[str, str]:
+        return {"summary": next(iter(kw.values()))[:8]}
+
+    n = int(arg["n"])
+    for i in range(n):
+        await worker.step(f"s{i}", body, **{f"s{i}": snap[f"s{i}"]})
+    return n
+
+
+_RAW = f"outlive_bench_raw_{uuid.uuid4().hex[:8]}"
+_raw_svc = restate.Service(_RAW)
+
+
+@_raw_svc.handler()
+async def raw_loop(ctx: restate.Context, req: dict[str, Any]) -> int:
+    """n bare ``ctx.run_typed`` steps in one invocation, served beside the owner (the baseline)."""
+    n = int(req["n"])
+
+    async def action() -> dict[str, str]:
+        return {"summary": "section "}
+
+    for i in range(n):
+        await ctx.run_typed(f"raw{i}", action, restate.RunOptions(max_attempts=1))
+    return n
+
+
+async def measure_owner(url: str, n: int = N, runs: int = 5) -> dict[str, Any]:
+    """The owner shape against raw ``ctx.run_typed`` steps, both served by one in-process app.
+
+    Each run is one invocation of ``n`` steps, alternating raw and outlive; the per-step cost
+    is the whole invocation's wall time over ``n`` (start, state read and heartbeat included).
+    The ledger object is served from this process for the measurement (registered over the
+    server's deployment), so use a server of its own.
+    """
+    b = await outlive.open_backend(url)
+    assert isinstance(b, RestateBackend)
+    http = httpx.AsyncClient(timeout=120)
+    hdr = {"content-type": "application/json"}
+    stop, task, _dep = await serve_in_process(http, b.admin, ledger_app(),
+                                              http11=False)
+    stop2, task2, _dep2 = await serve_in_process(http, b.admin, restate.app([_raw_svc]))
+    try:
+        for _ in range(400):
+            r = await http.post(f"{b.ingress}/{_RAW}/raw_loop", json={"n": 1}, headers=hdr)
+            if r.status_code == 200:
+                break
+            await asyncio.sleep(0.05)
+        parts = {f"s{i}": f"section {i}" for i in range(n)}
+        ctl = Controller(b, clock=lambda: 0)
+        raw_ms: list[float] = []
+        own_ms: list[float] = []
+        for k in range(runs + 1):  # the first pair warms up
+            t = time.perf_counter()
+            r = await http.post(f"{b.ingress}/{_RAW}/raw_loop", json={"n": n}, headers=hdr)
+            assert r.status_code == 200, r.text
+            raw = (time.perf_counter() - t) * 1000 / n
+            w = f"bench/owner-{uuid.uuid4().hex[:8]}"
+            await ctl.open_work(w)
+            await ctl.publish(w, "v1", parts)
+            a = await ctl.admit(w)
+            t = time.perf_counter()
+            done = await b.run_owner(w, "outlive_bench_owner", a, {"n": n}, snapshot=parts,
+                                     at=1)
+            own = (time.perf_counter() - t) * 1000 / n
+            assert done == n
+            st = await b.load(w)
+            assert st is not None and len(st.journal) == n
+            if k:
+                raw_ms.append(raw)
+                own_ms.append(own)
+    finally:
+        stop.set()
+        stop2.set()
+        for t_ in (task, task2):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(t_, 5)
+        await http.aclose()
+        await b.close()
+    raw_med, own_med = statistics.median(raw_ms), statistics.median(own_ms)
+    return {"raw_run_typed_per_step": {"median_ms": round(raw_med, 3), "n": n * runs},
+            "outlive_owner_per_step": {"median_ms": round(own_med, 3), "n": n * runs},
+            "ratio_owner_vs_raw": round(own_med / raw_med, 2),
+            "ratios_per_run": [round(o / r, 2) for o, r in zip(own_ms, raw_ms, strict=True)]}
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
@@ -237,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         report["bidi"] = asyncio.run(measure(srv.url, n))
         report["request_response"] = asyncio.run(
             measure(srv.url + "&steps_protocol=request_response", n))
+    with RestateServer() as srv:  # its ledger is re-registered in-process by measure_owner
+        report["owner"] = asyncio.run(measure_owner(srv.url, n))
     print(f"{'measure':42} {'bidi (h2c)':>14} {'request-resp.':>14}")
     for k, v in report["bidi"].items():
         if isinstance(v, dict):
@@ -248,6 +343,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'ratio in-handler outlive step / floor':42} "
           f"{report['bidi']['ratio_in_handler_vs_floor']:>13}x "
           f"{report['request_response']['ratio_in_handler_vs_floor']:>13}x")
+    o = report["owner"]
+    print(f"\nowner shape (the attempt is one invocation of the work's ledger object), "
+          f"{n} steps per invocation, median of 5 runs:")
+    print(f"{'raw ctx.run_typed step, in one invocation':42} "
+          f"{o['raw_run_typed_per_step']['median_ms']:>11.3f} ms")
+    print(f"{'outlive step as the owner, in one invocation':42} "
+          f"{o['outlive_owner_per_step']['median_ms']:>11.3f} ms")
+    print(f"{'ratio owner step / raw ctx.run_typed step':42} {o['ratio_owner_vs_raw']:>13}x"
+          f"   (target <= 1.25x; per run: {o['ratios_per_run']})")
     out = Path(".bench")
     out.mkdir(exist_ok=True)
     (out / "restate.json").write_text(json.dumps(report, indent=2))

@@ -74,27 +74,34 @@ def _terminal(exc: OutliveError) -> restate.TerminalError:
 
 
 # Storage layout in the object's K/V state (one Virtual Object per work):
-#   "core"    -> {"n": journal length, "s": the WorkState whose journal holds only its last entry}
-#   "j/<i>"   -> journal entry i                                   (written once)
-#   "r/<rid>" -> "i": where the entry with result id <rid> lives    (written once)
-# The journal is append-only in the ledger, so a command writes the small core and only the new
-# entries, never the whole history again; all of them commit with the invocation's journal.
+#   "core"      -> {"n": journal length, "k": {collection: length}, "s": the WorkState's scalars,
+#                   its attempts and the journal's last entry}             (rewritten each change)
+#   "c/<name>"  -> one collection: inputs, candidates, acceptances or effects
+#                                                         (rewritten only when a command changes it)
+#   "j/<i>"     -> journal entry i                                   (written once)
+#   "r/<rid>"   -> "i": where the entry with result id <rid> lives    (written once)
+# A command writes the small core, the collections it changed and its new journal entries, never
+# the whole history again (a step does not re-encode the published input versions, say); all of
+# them commit with the invocation's journal.
 #
-# A command reads only what the pure ``ledger.apply`` looks at for it: every command reads
-# "core"; ``RecordSteps`` and ``SubmitCandidate`` also read the entries they name by result id
-# (to dedupe a retried write and to check a candidate's parts), through "r/<rid>". So the reads
-# are a function of the stored core and the command alone. That matters: each read is a journal
-# entry Restate replays, and a replay that reads differently fails with a journal mismatch
-# (RT0016; reads that depended on an in-process cache once did exactly that). ``apply`` then runs
-# on a *view* of the state whose journal holds those entries and the last one, in journal order:
-# it dedupes against them, appends after them, and its ``journal[-1]`` is the real last entry.
-# An index that points at or past "n", or at another entry, is an entry that never committed (a
-# write cut short by a kill, see ``owned``): it counts as absent. Decoded cores are cached
-# in-process to save decoding only: the cache is used when the bytes Restate hands us are the
-# ones it was decoded from.
+# A command reads only what the pure ``ledger.apply`` looks at for it: the core, the non-empty
+# collections (the core says which), and for ``RecordSteps`` and ``SubmitCandidate`` the journal
+# entries they name by result id (to dedupe a retried write and to check a candidate's parts),
+# through "r/<rid>". So the reads are a function of the stored core and the command alone. That
+# matters: each read is a journal entry Restate replays, and a replay that reads differently fails
+# with a journal mismatch (RT0016; reads that depended on an in-process cache once did exactly
+# that). ``apply`` then runs on a *view* of the state whose journal holds those entries and the
+# last one, in journal order: it dedupes against them, appends after them, and its
+# ``journal[-1]`` is the real last entry. An index that points at or past "n", or at another
+# entry, is an entry that never committed (a write cut short by a kill, see ``owned``): it counts
+# as absent. Decoded values are cached in-process to save decoding only: a cached value is used
+# when the bytes Restate hands us are the ones it was decoded from.
 _CORE = "core"
-_DECODED: dict[str, tuple[bytes, int, WorkState]] = {}
-_CACHE_MAX = 4096
+#: Kept apart from the core. Attempts stay in the core: a write by an attempt touches its
+#: attempt record (sign of life) and the core is written anyway.
+_COLLECTIONS = ("inputs", "candidates", "acceptances", "effects")
+_DECODED: dict[tuple[str, str], tuple[bytes, Any]] = {}
+_CACHE_MAX = 8192
 
 
 @dataclass(frozen=True)
@@ -109,26 +116,51 @@ def _corrupt(key: str, why: object) -> InvalidRecord:
     return InvalidRecord(f"the stored ledger of {key!r} is corrupt: {why}", work_id=key)
 
 
-def _core(key: str, core: bytes) -> tuple[int, WorkState]:
-    hit = _DECODED.get(key)
+def _remember(key: tuple[str, str], raw: bytes, value: Any) -> None:
+    if key not in _DECODED and len(_DECODED) >= _CACHE_MAX:
+        _DECODED.pop(next(iter(_DECODED)))
+    _DECODED[key] = (raw, value)
+
+
+def _core(key: str, core: bytes) -> tuple[int, dict[str, int], WorkState]:
+    hit = _DECODED.get((key, _CORE))
     if hit is not None and hit[0] == core:
-        return hit[1], hit[2]
+        got: tuple[int, dict[str, int], WorkState] = hit[1]
+        return got
     try:
         head = json.loads(core)
         n = int(head["n"])
+        counts = {str(k): int(v) for k, v in dict(head.get("k", {})).items()}
         base = codec.decode(head["s"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise _corrupt(key, exc) from exc
-    if not isinstance(base, WorkState) or base.work_id != key or n < len(base.journal):
+    if not isinstance(base, WorkState) or base.work_id != key or n < len(base.journal) or \
+            any(k not in _COLLECTIONS for k in counts):
         raise _corrupt(key, "bad core record")
-    _remember(key, core, n, base)
-    return n, base
+    _remember((key, _CORE), core, (n, counts, base))
+    return n, counts, base
 
 
-def _remember(key: str, core: bytes, n: int, state: WorkState) -> None:
-    if key not in _DECODED and len(_DECODED) >= _CACHE_MAX:
-        _DECODED.pop(next(iter(_DECODED)))
-    _DECODED[key] = (core, n, state)
+async def _collection(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str,
+                      count: int) -> tuple[Any, ...]:
+    key = ctx.key()
+    raw = await ctx.get(f"c/{name}", serde=_B)
+    if raw is None:
+        raise _corrupt(key, f"{name} is missing")
+    hit = _DECODED.get((key, name))
+    if hit is not None and hit[0] == raw:
+        value: tuple[Any, ...] = hit[1]
+    else:
+        try:
+            value = codec.loads(raw)
+        except OutliveError as exc:
+            raise _corrupt(key, exc) from exc
+        if not isinstance(value, tuple):
+            raise _corrupt(key, f"{name} is a {type(value).__name__}")
+        _remember((key, name), raw, value)
+    if len(value) != count:
+        raise _corrupt(key, f"{name} holds {len(value)} records, the core says {count}")
+    return value
 
 
 async def _entry(ctx: restate.ObjectSharedContext | restate.ObjectContext, i: int) -> JournalEntry:
@@ -151,7 +183,11 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
     core = await ctx.get(_CORE, serde=_B)
     if not core:
         return None
-    n, base = _core(key, core)
+    n, counts, base = _core(key, core)
+    cols = {name: await _collection(ctx, name, counts[name])
+            for name in _COLLECTIONS if counts.get(name)}
+    if cols:
+        base = replace(base, **cols)  # type: ignore[arg-type]
     found: dict[int, JournalEntry] = {}
     for rid in sorted(rids):  # sorted: the same reads in the same order on every replay
         raw = await ctx.get(f"r/{rid}", serde=_B)
@@ -190,20 +226,30 @@ def _rids(cmd: L.Command) -> frozenset[str]:
 
 
 def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> None:
-    """Store ``new`` (the result of ``apply`` on ``view``): the appended entries, then the core."""
+    """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core."""
+    key = ctx.key()
+    old = view.state if view is not None else None
     n, seen = (view.n, len(view.state.journal)) if view is not None else (0, 0)
-    if view is not None and new.journal[:seen] != view.state.journal:
-        raise _corrupt(ctx.key(), "a command rewrote journal history")  # apply never does
+    if old is not None and new.journal[:seen] != old.journal:
+        raise _corrupt(key, "a command rewrote journal history")  # apply never does
     added = new.journal[seen:]
     for k, e in enumerate(added):
         ctx.set(f"j/{n + k}", codec.dumps(e).encode(), serde=_B)
         ctx.set(f"r/{e.result_id}", str(n + k).encode(), serde=_B)
     n += len(added)
-    head = replace(new, journal=new.journal[-1:])
-    core = json.dumps({"n": n, "s": codec.encode(head)}, separators=(",", ":"),
+    for name in _COLLECTIONS:
+        value = getattr(new, name)
+        if value and (old is None or value is not getattr(old, name)):
+            raw = codec.dumps(value).encode()
+            ctx.set(f"c/{name}", raw, serde=_B)
+            _remember((key, name), raw, value)
+    counts = {name: len(getattr(new, name)) for name in _COLLECTIONS if getattr(new, name)}
+    head = replace(new, journal=new.journal[-1:], inputs=(), candidates=(), acceptances=(),
+                   effects=())
+    core = json.dumps({"n": n, "k": counts, "s": codec.encode(head)}, separators=(",", ":"),
                       ensure_ascii=False).encode()
     ctx.set(_CORE, core, serde=_B)
-    _remember(ctx.key(), core, n, head)
+    _remember((key, _CORE), core, (n, counts, head))
 
 
 _ENCODED: dict[str, tuple[WorkState, bytes]] = {}
