@@ -54,7 +54,7 @@ class RestateServer:
     def __init__(self, base_dir: str | os.PathLike[str] | None = None, *,
                  binary: str | os.PathLike[str] | None = None,
                  protocol: str | None = None, ready_timeout: float = 60.0,
-                 imports: tuple[str, ...] = ()) -> None:
+                 imports: tuple[str, ...] = (), pythonpath: tuple[str, ...] = ()) -> None:
         self.binary = Path(binary) if binary is not None else default_binary()
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(
@@ -62,6 +62,8 @@ class RestateServer:
         self.protocol = protocol
         #: Modules the deployment imports before serving (owner handlers of the ledger object).
         self.imports = tuple(imports)
+        #: Directories put first on the deployment's PYTHONPATH (where ``imports`` live).
+        self.pythonpath = tuple(pythonpath)
         self.ready_timeout = ready_timeout
         self.ingress_port = free_port()
         self.admin_port = free_port()
@@ -131,9 +133,13 @@ class RestateServer:
             cmd += ["--protocol", self.protocol]
         for mod in self.imports:
             cmd += ["--import", mod]
+        env = dict(os.environ)
+        if self.pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
         log = open(self.base_dir / "deployment.log", "ab")
         self.deployment = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL)
+                                           stdin=subprocess.DEVNULL, env=env)
         log.close()
 
         def listening() -> bool:
