@@ -72,16 +72,16 @@ class OwnedBackend(ContextBackend):
     def __init__(self, ctx: restate.ObjectContext) -> None:
         super().__init__(ctx)
         self.octx = ctx
-        self._state: WorkState | None = None
+        self._view: _View | None = None
         self._read = False
 
     async def _own(self) -> WorkState | None:
         if not self._read:
             # One read of everything, at the start of every execution of the invocation: the
             # same reads on a replay, whatever this process has cached.
-            self._state = await _read_all(self.octx)
+            self._view = await _read_all(self.octx)
             self._read = True
-        return self._state
+        return self._view.state if self._view is not None else None
 
     async def load(self, work_id: str) -> WorkState | None:
         if work_id != self.octx.key():
@@ -95,9 +95,7 @@ class OwnedBackend(ContextBackend):
         # The core's checks, unchanged; a rejection raises before any write.
         new, outcome = L.apply(state, command, work_id=work_id)
         if new is not state:
-            view = _View(len(state.journal), state) if state is not None else None
-            _write(self.octx, view, new)
-            self._state = new
+            self._view = _write(self.octx, self._view, new)
         return outcome
 
 

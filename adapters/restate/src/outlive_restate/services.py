@@ -74,10 +74,10 @@ def _terminal(exc: OutliveError) -> restate.TerminalError:
 
 
 # Storage layout in the object's K/V state (one Virtual Object per work):
-#   "core"      -> {"n": journal length, "k": {collection: length}, "s": the WorkState's scalars,
-#                   its attempts and the journal's last entry}             (rewritten each change)
-#   "c/<name>"  -> one collection: inputs, candidates, acceptances or effects
-#                                                         (rewritten only when a command changes it)
+#   "core"      -> {"n": journal length, "k": {collection: [length, seq]}, "s": the WorkState's
+#                   scalars, its attempts and the journal's last entry}     (rewritten each change)
+#   "c/<name>/<seq>" -> one collection (inputs, candidates, acceptances or effects) as written
+#                   by the change with that seq; a new key only when a command changes it
 #   "j/<i>"     -> journal entry i                                   (written once)
 #   "r/<rid>"   -> "i": where the entry with result id <rid> lives    (written once)
 # A command writes the small core, the collections it changed and its new journal entries, never
@@ -94,8 +94,12 @@ def _terminal(exc: OutliveError) -> restate.TerminalError:
 # last one, in journal order: it dedupes against them, appends after them, and its
 # ``journal[-1]`` is the real last entry. An index that points at or past "n", or at another
 # entry, is an entry that never committed (a write cut short by a kill, see ``owned``): it counts
-# as absent. Decoded values are cached in-process to save decoding only: a cached value is used
-# when the bytes Restate hands us are the ones it was decoded from.
+# as absent. The core is the commit point: every other key a command writes is one no committed
+# core reaches yet (an entry at or past "n", an index checked against it, a collection under a
+# seq no core names), so a write cut short anywhere leaves the state as it was plus unreachable
+# keys, which the next committed write overwrites. A replaced collection's old key is cleared
+# after the core moved on. Decoded values are cached in-process to save decoding only: a cached
+# value is used when the bytes Restate hands us are the ones it was decoded from.
 _CORE = "core"
 #: Kept apart from the core. Attempts stay in the core: a write by an attempt touches its
 #: attempt record (sign of life) and the core is written anyway.
@@ -106,10 +110,14 @@ _CACHE_MAX = 8192
 
 @dataclass(frozen=True)
 class _View:
-    """The state a command sees: ``n`` journal entries stored, ``state.journal`` a sorted subset."""
+    """The state a command sees: ``n`` journal entries stored, ``state.journal`` a sorted subset.
+
+    ``stamps`` names the stored collections: ``{name: (length, seq)}``.
+    """
 
     n: int
     state: WorkState
+    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _corrupt(key: str, why: object) -> InvalidRecord:
@@ -122,15 +130,15 @@ def _remember(key: tuple[str, str], raw: bytes, value: Any) -> None:
     _DECODED[key] = (raw, value)
 
 
-def _core(key: str, core: bytes) -> tuple[int, dict[str, int], WorkState]:
+def _core(key: str, core: bytes) -> tuple[int, dict[str, tuple[int, int]], WorkState]:
     hit = _DECODED.get((key, _CORE))
     if hit is not None and hit[0] == core:
-        got: tuple[int, dict[str, int], WorkState] = hit[1]
+        got: tuple[int, dict[str, tuple[int, int]], WorkState] = hit[1]
         return got
     try:
         head = json.loads(core)
         n = int(head["n"])
-        counts = {str(k): int(v) for k, v in dict(head.get("k", {})).items()}
+        counts = {str(k): (int(v[0]), int(v[1])) for k, v in dict(head.get("k", {})).items()}
         base = codec.decode(head["s"])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise _corrupt(key, exc) from exc
@@ -142,11 +150,12 @@ def _core(key: str, core: bytes) -> tuple[int, dict[str, int], WorkState]:
 
 
 async def _collection(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str,
-                      count: int) -> tuple[Any, ...]:
+                      stamp: tuple[int, int]) -> tuple[Any, ...]:
     key = ctx.key()
-    raw = await ctx.get(f"c/{name}", serde=_B)
+    count, seq = stamp
+    raw = await ctx.get(f"c/{name}/{seq}", serde=_B)
     if raw is None:
-        raise _corrupt(key, f"{name} is missing")
+        raise _corrupt(key, f"{name} (seq {seq}) is missing")
     hit = _DECODED.get((key, name))
     if hit is not None and hit[0] == raw:
         value: tuple[Any, ...] = hit[1]
@@ -183,9 +192,9 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
     core = await ctx.get(_CORE, serde=_B)
     if not core:
         return None
-    n, counts, base = _core(key, core)
-    cols = {name: await _collection(ctx, name, counts[name])
-            for name in _COLLECTIONS if counts.get(name)}
+    n, stamps, base = _core(key, core)
+    cols = {name: await _collection(ctx, name, stamps[name])
+            for name in _COLLECTIONS if name in stamps}
     if cols:
         base = replace(base, **cols)  # type: ignore[arg-type]
     found: dict[int, JournalEntry] = {}
@@ -204,16 +213,16 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
             found[i] = e
     if n:
         found[n - 1] = base.journal[-1] if base.journal else await _entry(ctx, n - 1)
-    return _View(n, replace(base, journal=tuple(found[i] for i in sorted(found))))
+    return _View(n, replace(base, journal=tuple(found[i] for i in sorted(found))), stamps)
 
 
-async def _read_all(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> WorkState | None:
+async def _read_all(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> _View | None:
     """The whole state, every journal entry included (``load``: restore and inspection)."""
     view = await _view(ctx)
     if view is None:
         return None
     entries = [await _entry(ctx, i) for i in range(view.n)]
-    return replace(view.state, journal=tuple(entries))
+    return replace(view, state=replace(view.state, journal=tuple(entries)))
 
 
 def _rids(cmd: L.Command) -> frozenset[str]:
@@ -225,8 +234,11 @@ def _rids(cmd: L.Command) -> frozenset[str]:
     return frozenset()
 
 
-def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> None:
-    """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core."""
+def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _View:
+    """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core.
+
+    Returns the view of what is now stored (``new`` itself as the state).
+    """
     key = ctx.key()
     old = view.state if view is not None else None
     n, seen = (view.n, len(view.state.journal)) if view is not None else (0, 0)
@@ -237,19 +249,28 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> No
         ctx.set(f"j/{n + k}", codec.dumps(e).encode(), serde=_B)
         ctx.set(f"r/{e.result_id}", str(n + k).encode(), serde=_B)
     n += len(added)
+    before = view.stamps if view is not None else {}
+    stamps = dict(before)
     for name in _COLLECTIONS:
         value = getattr(new, name)
         if value and (old is None or value is not getattr(old, name)):
             raw = codec.dumps(value).encode()
-            ctx.set(f"c/{name}", raw, serde=_B)
+            ctx.set(f"c/{name}/{new.seq}", raw, serde=_B)
             _remember((key, name), raw, value)
-    counts = {name: len(getattr(new, name)) for name in _COLLECTIONS if getattr(new, name)}
+            stamps[name] = (len(value), new.seq)
+        elif not value:
+            stamps.pop(name, None)
     head = replace(new, journal=new.journal[-1:], inputs=(), candidates=(), acceptances=(),
                    effects=())
-    core = json.dumps({"n": n, "k": counts, "s": codec.encode(head)}, separators=(",", ":"),
+    core = json.dumps({"n": n, "k": {k: list(v) for k, v in stamps.items()},
+                       "s": codec.encode(head)}, separators=(",", ":"),
                       ensure_ascii=False).encode()
     ctx.set(_CORE, core, serde=_B)
-    _remember((key, _CORE), core, (n, counts, head))
+    _remember((key, _CORE), core, (n, stamps, head))
+    for name, (_count, seq) in before.items():
+        if stamps.get(name, (0, -1))[1] != seq:
+            ctx.clear(f"c/{name}/{seq}")  # replaced: the core no longer names it
+    return _View(n, new, stamps)
 
 
 _ENCODED: dict[str, tuple[WorkState, bytes]] = {}
@@ -298,9 +319,10 @@ async def load(ctx: restate.ObjectSharedContext, req: bytes) -> bytes:
     """The last committed state (empty body: never opened). Runs beside the writer."""
     del req
     try:
-        state = await _read_all(ctx)
+        view = await _read_all(ctx)
     except OutliveError as exc:
         raise _terminal(exc) from None
+    state = view.state if view is not None else None
     return _encode_state(ctx.key(), state) if state is not None else b""
 
 

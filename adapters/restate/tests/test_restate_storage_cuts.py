@@ -1,0 +1,149 @@
+"""The ledger's storage layout in Restate K/V state survives a write cut short at any point.
+
+An owner invocation can be killed (``revoke_owner``) between two of its state writes, and Restate
+keeps the writes it had already journaled. The layout makes the core key the commit point, so
+whatever prefix of a command's writes landed, a reader sees the state from before the command,
+and the next command proceeds as if the cut write never happened. A real server cannot be made
+to kill between two given writes, so this test runs the storage functions of
+``outlive_restate.services`` over a plain dict standing in for one object's K/V state, and cuts
+every write of a whole work's life (open, publish, admit, steps, candidate, acceptance, effect,
+finish, a successor) at every point. The same functions run against the real server in every
+other test of this adapter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outlive import Backend, Contract, Controller, Worker
+from outlive import ledger as L
+from outlive.errors import StaleOwner
+from outlive.records import WorkState
+from outlive_restate.services import _read_all, _rids, _view, _write
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+V1 = {"s1": "Intro.", "s2": "Revenue was 4.1 million.", "s3": "Outlook."}
+V2 = {**V1, "s2": "Revenue was 4.7 million."}
+
+
+class _KV:
+    """One Virtual Object's K/V state: what ``ctx.get/set/clear`` touch, and nothing else."""
+
+    def __init__(self, key: str, data: dict[str, bytes] | None = None) -> None:
+        self._key = key
+        self.data = dict(data or {})
+        self.ops: list[tuple[str, str, bytes | None]] = []
+
+    def key(self) -> str:
+        return self._key
+
+    async def get(self, name: str, serde: Any = None) -> bytes | None:
+        return self.data.get(name)
+
+    def set(self, name: str, value: bytes, serde: Any = None) -> None:
+        self.ops.append(("set", name, value))
+
+    def clear(self, name: str) -> None:
+        self.ops.append(("clear", name, None))
+
+
+def _run(data: dict[str, bytes], ops: list[tuple[str, str, bytes | None]]) -> dict[str, bytes]:
+    out = dict(data)
+    for op, name, value in ops:
+        if op == "set":
+            assert value is not None
+            out[name] = value
+        else:
+            out.pop(name, None)
+    return out
+
+
+async def _full(key: str, data: dict[str, bytes]) -> WorkState | None:
+    view = await _read_all(_KV(key, data))  # type: ignore[arg-type]
+    return view.state if view is not None else None
+
+
+class _CutEverywhere(Backend):
+    """Applies each command as the ledger handler does; checks every cut of its writes first."""
+
+    def __init__(self) -> None:
+        super().__init__("cuts://")
+        self.data: dict[str, dict[str, bytes]] = {}
+        self.cuts = 0
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        data = self.data.setdefault(work_id, {})
+        before = await _full(work_id, data)
+        kv = _KV(work_id, data)
+        view = await _view(kv, _rids(command))  # type: ignore[arg-type]
+        state = view.state if view is not None else None
+        new, outcome = L.apply(state, command, work_id=work_id)
+        if new is state:
+            return outcome
+        _write(kv, view, new)  # type: ignore[arg-type]
+        core_at = max(i for i, op in enumerate(kv.ops) if op[1] == "core")
+        for cut in range(len(kv.ops)):
+            torn = _run(data, kv.ops[:cut])
+            seen = await _full(work_id, torn)
+            if cut <= core_at:
+                assert seen == before, f"{type(command).__name__} cut after {cut} writes"
+                # ... and the same command applied on top of the torn state lands whole
+                kv2 = _KV(work_id, torn)
+                view2 = await _view(kv2, _rids(command))  # type: ignore[arg-type]
+                new2, _ = L.apply(view2.state if view2 else None, command, work_id=work_id)
+                _write(kv2, view2, new2)  # type: ignore[arg-type]
+                assert await _full(work_id, _run(torn, kv2.ops)) == await _full(
+                    work_id, _run(data, kv.ops))
+            else:   # only the clearing of replaced keys is missing
+                assert seen == await _full(work_id, _run(data, kv.ops))
+            self.cuts += 1
+        self.data[work_id] = _run(data, kv.ops)
+        after = await _full(work_id, self.data[work_id])
+        assert after is not None and after.seq == new.seq and after.journal[-1:] == \
+            new.journal[-1:]
+        return outcome
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return await _full(work_id, self.data.get(work_id, {}))
+
+
+async def test_every_write_of_a_work_can_be_cut_anywhere() -> None:
+    b = _CutEverywhere()
+    clock = [0]
+    ctl = Controller(b, clock=lambda: clock[0])
+    w = "cuts/q3"
+    await ctl.open_work(w)
+    await ctl.publish(w, "v1", V1)
+    a1 = await ctl.admit(w)
+    wk = Worker(b, a1, V1, clock=lambda: clock[0])
+    await wk.start()
+
+    def model(**kw: str) -> dict[str, str]:
+        return {"summary": next(iter(kw.values()))[:10]}
+
+    for name in V1:
+        clock[0] += 1
+        await wk.step(name, model, **{name: V1[name]})
+    cand = await wk.candidate({"text": "digest"})
+    await ctl.assess(w, cand.digest, Contract(name="form", version="1", assessor="t"),
+                     lambda c, v: (True, "ok"))
+    await wk.effect("post:1", {"text": "digest"}, lambda key, payload: "P1")
+    await wk.finish()
+    # the input changes and a successor restores what still matches
+    await ctl.publish(w, "v2", V2)
+    a2 = await ctl.admit(w)
+    wk2 = Worker(b, a2, V2, clock=lambda: clock[0])
+    await wk2.start()
+    for name in V2:
+        await wk2.step(name, model, **{name: V2[name]})
+    assert sorted(k for k, s in wk2.steps.items() if s.restored) == ["s1", "s3"]
+    # the replaced attempt's late write is refused, and a refusal writes nothing
+    with pytest.raises(StaleOwner):
+        await wk.candidate({"text": "late"})
+    st = await b.load(w)
+    assert st is not None and [e.step for e in st.journal] == ["s1", "s2", "s3", "s2"]
+    assert len(st.candidates) == 1 and len(st.acceptances) == 1 and len(st.effects) == 1
+    assert b.cuts >= 25  # every set and clear of 17 commands
