@@ -116,7 +116,7 @@ async def raw_loop(ctx: restate.Context, req: dict[str, Any]) -> int:
     return n
 
 
-async def measure_owner(url: str, n: int = N, runs: int = 5) -> dict[str, Any]:
+async def measure_owner(url: str, n: int = N, runs: int = 9) -> dict[str, Any]:
     """The owner shape against raw ``ctx.run_typed`` steps, both served by one in-process app.
 
     Each run is one invocation of ``n`` steps, alternating raw and outlive; the per-step cost
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['request_response']['ratio_in_handler_vs_floor']:>13}x")
     o = report["owner"]
     print(f"\nowner shape (the attempt is one invocation of the work's ledger object), "
-          f"{n} steps per invocation, median of 5 runs:")
+          f"{n} steps per invocation, median of 9 runs:")
     print(f"{'raw ctx.run_typed step, in one invocation':42} "
           f"{o['raw_run_typed_per_step']['median_ms']:>11.3f} ms")
     print(f"{'outlive step as the owner, in one invocation':42} "
