@@ -15,12 +15,8 @@ from outlive_restate.server import RestateServer
 
 @pytest.fixture(scope="session")
 def restate_server() -> Iterator[RestateServer]:
-    srv = RestateServer()
-    srv.start()
-    try:
+    with RestateServer() as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="session")

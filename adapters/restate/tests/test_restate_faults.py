@@ -29,22 +29,15 @@ CONTRACT = Contract(name="form", version="1", assessor="test")
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[RestateServer]:
-    srv = RestateServer()
-    srv.start()
-    try:
+    with RestateServer() as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 async def backend(server: RestateServer) -> AsyncIterator[RestateBackend]:
-    b = await outlive.open_backend(server.url)
-    assert isinstance(b, RestateBackend)
-    try:
+    async with await outlive.open_backend(server.url) as b:
+        assert isinstance(b, RestateBackend)
         yield b
-    finally:
-        await b.close()
 
 
 def summarise(**kw: str) -> dict[str, Any]:

@@ -65,12 +65,8 @@ async def q3_summary(worker: Worker, arg: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def private_server() -> Iterator[RestateServer]:
-    srv = RestateServer()
-    srv.start()
-    try:
+    with RestateServer() as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -25,22 +25,15 @@ V1 = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.1 million.",
 @pytest.fixture(scope="module")
 def owner_server() -> Iterator[RestateServer]:
     """A server whose deployment imports ``owner_app`` (this directory on its PYTHONPATH)."""
-    srv = RestateServer(imports=("owner_app",), pythonpath=(str(Path(__file__).parent),))
-    srv.start()
-    try:
+    with RestateServer(imports=("owner_app",), pythonpath=(str(Path(__file__).parent),)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 async def backend(owner_server: RestateServer) -> AsyncIterator[RestateBackend]:
-    b = await outlive.open_backend(owner_server.url)
-    assert isinstance(b, RestateBackend)
-    try:
+    async with await outlive.open_backend(owner_server.url) as b:
+        assert isinstance(b, RestateBackend)
         yield b
-    finally:
-        await b.close()
 
 
 async def test_owner_deployment_killed_mid_step_resumes_from_restates_journal(

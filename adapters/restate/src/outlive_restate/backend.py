@@ -220,9 +220,13 @@ class RestateBackend(Backend):
 
     async def works(self) -> list[str]:
         """Keys of ``outlive_ledger`` that hold state, from the admin SQL introspection API."""
-        http = self._client()
         q = (f"SELECT DISTINCT service_key FROM state WHERE service_name = '{LEDGER}' "
              f"ORDER BY service_key")
+        return [str(row["service_key"]) for row in await self._query(q)]
+
+    async def _query(self, q: str) -> list[dict[str, Any]]:
+        """Rows of an admin SQL introspection query."""
+        http = self._client()
         try:
             r = await http.post(f"{self.admin}/query", json={"query": q},
                                 headers={"accept": "application/json"})
@@ -230,7 +234,8 @@ class RestateBackend(Backend):
             raise BackendUnavailable(f"{self.url}: admin unreachable ({exc!r})") from exc
         if r.status_code != 200:
             raise BackendUnavailable(f"{self.url}: admin query failed: {r.text[:300]}")
-        return [str(row["service_key"]) for row in r.json().get("rows", [])]
+        rows: list[dict[str, Any]] = r.json().get("rows", [])
+        return rows
 
     async def suspect_after(self, work_id: str, attempt: int, delay: timedelta, *,
                             at: int) -> None:
@@ -444,20 +449,13 @@ class RestateBackend(Backend):
         q = (f"SELECT id FROM sys_invocation WHERE target_service_name = '{LEDGER}' "
              f"AND idempotency_key = {_sql_str(owner_key(work_id, attempt))} "
              f"AND status != 'completed'")
-        return await self._kill_where(q)
+        return await self._kill(await self._query(q))
 
-    async def _kill_where(self, query: str) -> int:
-        http = self._client()
-        try:
-            r = await http.post(f"{self.admin}/query", json={"query": query},
-                                headers={"accept": "application/json"})
-        except httpx.HTTPError as exc:
-            raise BackendUnavailable(f"{self.url}: admin unreachable ({exc!r})") from exc
-        if r.status_code != 200:
-            raise BackendUnavailable(f"{self.url}: admin query failed: {r.text[:300]}")
+    async def _kill(self, rows: list[dict[str, Any]]) -> int:
+        """Kill the invocations whose ``id`` the rows name; how many Restate accepted."""
         killed = 0
-        for row in r.json().get("rows", []):
-            k = await http.patch(f"{self.admin}/invocations/{row['id']}/kill")
+        for row in rows:
+            k = await self._client().patch(f"{self.admin}/invocations/{row['id']}/kill")
             killed += int(k.status_code < 300)
         return killed
 
@@ -468,19 +466,16 @@ class RestateBackend(Backend):
         killed invocation is never journaled, and ``run_step`` raises ``StaleOwner``. Only
         steps started through this backend object are known here (the bodies live here).
         """
-        http = self._client()
         pids = [p for p, c in self._inflight.items()
                 if c.work_id == work_id and c.attempt == attempt]
         killed = 0
         for pid in pids:
-            q = (f"SELECT id FROM sys_invocation WHERE target_service_name = "
-                 f"'{self._steps_name}' AND idempotency_key = '{pid}' AND status != 'completed'")
-            r = await http.post(f"{self.admin}/query", json={"query": q},
-                                headers={"accept": "application/json"})
-            for row in r.json().get("rows", []) if r.status_code == 200 else []:
-                self._revoked.add(pid)
-                k = await http.patch(f"{self.admin}/invocations/{row['id']}/kill")
-                killed += int(k.status_code < 300)
+            rows = await self._query(
+                f"SELECT id FROM sys_invocation WHERE target_service_name = "
+                f"'{self._steps_name}' AND idempotency_key = '{pid}' AND status != 'completed'")
+            if rows:
+                self._revoked.add(pid)  # before the kill: the failed call is read as revoked
+            killed += await self._kill(rows)
         return killed
 
 
