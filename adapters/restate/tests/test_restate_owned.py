@@ -198,6 +198,11 @@ async def test_bad_input_is_typed_and_writes_nothing(backend: RestateBackend) ->
     with pytest.raises(outlive.VersionMismatch):
         await backend.run_owner(w, "q3_summary", a1, snapshot=V1, at=1)
     assert _calls(w) == [] and await backend.load(w) == before
+    # a malformed start request: typed, nothing written
+    for bad in (b"{}", b"[1]", b'{"attempt": 1, "token": "x"}', b"not json"):
+        with pytest.raises(outlive.InvalidRecord):
+            await backend._call(_path(w), bad, key=uuid.uuid4().hex)
+    assert await backend.load(w) == before
     # a finished attempt has nothing to run, whoever starts it
     w3, ctl3 = await _open(backend)
     c1 = await ctl3.admit(w3)

@@ -32,6 +32,7 @@ commands.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -107,10 +108,20 @@ def owner_key(work_id: str, attempt: int) -> str:
 def owner_request(attempt: int, token: int, arg: Any = None, *,
                   snapshot: Mapping[str, Any] | None = None, at: int | None = None,
                   persist: str = "step") -> bytes:
-    """The body of an owner invocation (what :meth:`RestateBackend.run_owner` sends)."""
-    return codec.dumps({"attempt": attempt, "token": token, "arg": arg,
-                        "snapshot": dict(snapshot) if snapshot is not None else None,
-                        "at": at, "persist": persist}).encode()
+    """The body of an owner invocation (what :meth:`RestateBackend.run_owner` sends).
+
+    Plain JSON, so any HTTP client can start an attempt: ``{"attempt": 2, "token": 2,
+    "snapshot": {...}, "arg": ..., "at": null, "persist": "step"}``; ``arg`` and the snapshot's
+    values are JSON values. The answer is the owner's result in outlive's tagged JSON
+    (:mod:`outlive.codec`; a string or number is itself).
+    """
+    try:
+        return json.dumps({"attempt": attempt, "token": token, "arg": arg,
+                           "snapshot": dict(snapshot) if snapshot is not None else None,
+                           "at": at, "persist": persist}, separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecord(f"an owner request carries JSON values only: {exc}") from exc
 
 
 def owner(name: str | None = None, *, inactivity_timeout: timedelta = timedelta(hours=1),
@@ -129,11 +140,13 @@ def owner(name: str | None = None, *, inactivity_timeout: timedelta = timedelta(
         hname = name or getattr(fn, "__name__", "")
         if not hname or hname in _RESERVED or hname.startswith("_"):
             raise ConfigError(f"{hname!r} cannot name an owner handler of the ledger object")
+        if hname in ledger_object.handlers:
+            raise ConfigError(f"the ledger object already has a handler {hname!r} (an owner "
+                              f"module imported twice?)")
 
         async def handler(ctx: restate.ObjectContext, req: bytes) -> bytes:
             try:
-                worker = await _start(ctx, req)
-                arg = codec.loads(req).get("arg")
+                worker, arg = await _start(ctx, req)
                 result = await fn(worker, arg)
                 return codec.dumps(result).encode()
             except OutliveError as exc:
@@ -150,19 +163,21 @@ def owner(name: str | None = None, *, inactivity_timeout: timedelta = timedelta(
     return deco
 
 
-async def _start(ctx: restate.ObjectContext, req: bytes) -> Worker:
-    """Check the request against the ledger and return the attempt's started Worker."""
+async def _start(ctx: restate.ObjectContext, req: bytes) -> tuple[Worker, Any]:
+    """Check the request against the ledger; the attempt's started Worker and the argument."""
     key = ctx.key()
     try:
-        r = codec.loads(req)
+        r = json.loads(req)
         if not isinstance(r, dict):
-            raise TypeError("not an object")
+            raise TypeError("not a JSON object")
         number, token = int(r["attempt"]), int(r["token"])
         persist = str(r.get("persist") or "step")
         snapshot = r.get("snapshot")
         at = r.get("at")
+        if snapshot is not None and not isinstance(snapshot, dict):
+            raise TypeError("snapshot is not an object")
     except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidRecord(f"an owner request needs attempt and token: {exc}") from exc
+        raise InvalidRecord(f"an owner request needs attempt and token: {exc!r}") from exc
     backend = OwnedBackend(ctx)
     state = await backend.load(key)
     if state is None:
@@ -178,11 +193,11 @@ async def _start(ctx: restate.ObjectContext, req: bytes) -> Worker:
     ticks = itertools.count(int(at))
     # The request's token, not the ledger's: a forged one must meet the fence, not be fixed up.
     worker = Worker(backend, replace(att, token=token),
-                    snapshot if isinstance(snapshot, dict) else None,
+                    snapshot,
                     persist="end" if persist == "end" else "step", clock=lambda: next(ticks))
     await worker.start()
     if not await worker.heartbeat() and state.policy.fencing:
         raise StaleOwner(f"attempt #{number} of {key!r} was replaced before its owner "
                          f"invocation started (token {token}, epoch {state.epoch})",
                          token=token, attempt=number, epoch=state.epoch)
-    return worker
+    return worker, r.get("arg")
