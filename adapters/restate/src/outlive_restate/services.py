@@ -117,7 +117,7 @@ class _View:
 
     n: int
     state: WorkState
-    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    stamps: dict[str, tuple[int, int]]
 
 
 def _corrupt(key: str, why: object) -> InvalidRecord:
@@ -138,15 +138,15 @@ def _core(key: str, core: bytes) -> tuple[int, dict[str, tuple[int, int]], WorkS
     try:
         head = json.loads(core)
         n = int(head["n"])
-        counts = {str(k): (int(v[0]), int(v[1])) for k, v in dict(head.get("k", {})).items()}
+        stamps = {str(k): (int(v[0]), int(v[1])) for k, v in dict(head.get("k", {})).items()}
         base = codec.decode(head["s"])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, OutliveError) as exc:
         raise _corrupt(key, exc) from exc
     if not isinstance(base, WorkState) or base.work_id != key or n < len(base.journal) or \
-            any(k not in _COLLECTIONS for k in counts):
+            any(k not in _COLLECTIONS for k in stamps):
         raise _corrupt(key, "bad core record")
-    _remember((key, _CORE), core, (n, counts, base))
-    return n, counts, base
+    _remember((key, _CORE), core, (n, stamps, base))
+    return n, stamps, base
 
 
 async def _collection(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str,
@@ -178,7 +178,7 @@ async def _entry(ctx: restate.ObjectSharedContext | restate.ObjectContext, i: in
         raise InvalidRecord(f"journal entry {i} of {ctx.key()!r} is missing", work_id=ctx.key())
     try:
         e = codec.loads(raw)
-    except (ValueError, KeyError, TypeError) as exc:
+    except OutliveError as exc:  # codec raises InvalidRecord for bad JSON and bad records
         raise _corrupt(ctx.key(), exc) from exc
     if not isinstance(e, JournalEntry):
         raise _corrupt(ctx.key(), f"entry {i} is a {type(e).__name__}")
@@ -283,21 +283,6 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _V
     return _View(n, new, stamps)
 
 
-_ENCODED: dict[str, tuple[WorkState, bytes]] = {}
-
-
-def _encode_state(key: str, state: WorkState) -> bytes:
-    """The whole state for a reader, encoded once per state version."""
-    hit = _ENCODED.get(key)
-    if hit is not None and hit[0] is state:
-        return hit[1]
-    data = codec.dumps(state).encode()
-    if key not in _ENCODED and len(_ENCODED) >= _CACHE_MAX:
-        _ENCODED.pop(next(iter(_ENCODED)))
-    _ENCODED[key] = (state, data)
-    return data
-
-
 async def _apply(ctx: restate.ObjectContext, cmd: L.Command) -> bytes:
     try:
         view = await _view(ctx, _rids(cmd))
@@ -332,8 +317,7 @@ async def load(ctx: restate.ObjectSharedContext, req: bytes) -> bytes:
         view = await _read_all(ctx)
     except OutliveError as exc:
         raise _terminal(exc) from None
-    state = view.state if view is not None else None
-    return _encode_state(ctx.key(), state) if state is not None else b""
+    return codec.dumps(view.state).encode() if view is not None else b""
 
 
 @ledger_object.handler(kind="exclusive", input_serde=_B, output_serde=_B)
