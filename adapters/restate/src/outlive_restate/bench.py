@@ -36,7 +36,7 @@ import httpx
 import restate
 
 import outlive
-from outlive import Backend, Controller, Worker
+from outlive import Attempt, Backend, Controller, Worker
 from outlive import ledger as L
 
 from .backend import RestateBackend, serve_in_process
@@ -59,6 +59,34 @@ async def _timed(n: int, fn: Callable[[int], Awaitable[Any]]) -> list[float]:
     return out
 
 
+async def _summary(**kw: str) -> dict[str, str]:
+    """The step body every outlive measure runs (a stand-in model call)."""
+    return {"summary": next(iter(kw.values()))[:8]}
+
+
+async def _admitted(ctl: Controller, parts: dict[str, str]) -> tuple[str, Attempt]:
+    """A fresh work with ``parts`` published as v1, and its admitted first attempt."""
+    w = f"bench/{uuid.uuid4().hex[:8]}"
+    await ctl.open_work(w)
+    await ctl.publish(w, "v1", parts)
+    return w, await ctl.admit(w)
+
+
+async def _worker_steps(b: Backend, ctl: Controller, parts: dict[str, str],
+                        n: int) -> dict[str, float]:
+    """``Worker.step`` one call at a time on a fresh work: 20 to warm up, then ``n`` timed."""
+    _w, a = await _admitted(ctl, parts)
+    wk = Worker(b, a, parts, clock=lambda: 1)
+    await wk.start()
+
+    async def step(i: int) -> None:
+        name = f"s{i}"
+        await wk.step(name, _summary, **{name: parts[name]})
+
+    await _timed(20, lambda i: step(n + i))
+    return _stats(await _timed(n, step))
+
+
 _LOOP = f"outlive_bench_{uuid.uuid4().hex[:8]}"
 _loop_svc = restate.Service(_LOOP)
 
@@ -76,12 +104,8 @@ async def steps(ctx: restate.Context, req: dict[str, Any]) -> int:
     assert att is not None
     wk = Worker(cb, att, req["parts"], clock=lambda: 1)
     await wk.start()
-
-    async def body(**kw: str) -> dict[str, str]:
-        return {"summary": next(iter(kw.values()))[:8]}
-
     for i in range(n):
-        await wk.step(f"s{i}", body, **{f"s{i}": req["parts"][f"s{i}"]})
+        await wk.step(f"s{i}", _summary, **{f"s{i}": req["parts"][f"s{i}"]})
     return n
 
 
@@ -89,13 +113,9 @@ async def steps(ctx: restate.Context, req: dict[str, Any]) -> int:
 async def _owner_steps(worker: Worker, arg: dict[str, Any]) -> int:
     """n outlive steps by the core Worker as the work's owner (``outlive_restate.owned``)."""
     snap = worker.snapshot or {}
-
-    async def body(**kw: str) -> dict[str, str]:
-        return {"summary": next(iter(kw.values()))[:8]}
-
     n = int(arg["n"])
     for i in range(n):
-        await worker.step(f"s{i}", body, **{f"s{i}": snap[f"s{i}"]})
+        await worker.step(f"s{i}", _summary, **{f"s{i}": snap[f"s{i}"]})
     return n
 
 
@@ -146,10 +166,7 @@ async def measure_owner(url: str, n: int = N, runs: int = 9) -> dict[str, Any]:
             r = await http.post(f"{b.ingress}/{_RAW}/raw_loop", json={"n": n}, headers=hdr)
             assert r.status_code == 200, r.text
             raw = (time.perf_counter() - t) * 1000 / n
-            w = f"bench/owner-{uuid.uuid4().hex[:8]}"
-            await ctl.open_work(w)
-            await ctl.publish(w, "v1", parts)
-            a = await ctl.admit(w)
+            w, a = await _admitted(ctl, parts)
             t = time.perf_counter()
             done = await b.run_owner(w, "outlive_bench_owner", a, {"n": n}, snapshot=parts,
                                      at=1)
@@ -198,59 +215,21 @@ async def measure(url: str, n: int = N) -> dict[str, Any]:
         await _timed(20, raw)  # warm up
         res["raw_step"] = _stats(await _timed(n, raw))
 
-        w = f"bench/{uuid.uuid4().hex[:8]}"
         parts = {f"s{i}": f"section {i}" for i in range(n + 20)}
         ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work(w)
-        await ctl.publish(w, "v1", parts)
-        a = await ctl.admit(w)
-        wk = Worker(b, a, parts, clock=lambda: 1)
-        await wk.start()
-
-        async def body(**kw: str) -> dict[str, str]:
-            return {"summary": next(iter(kw.values()))[:8]}
-
-        async def step(i: int) -> None:
-            name = f"s{i}"
-            await wk.step(name, body, **{name: parts[name]})
-
-        await _timed(20, lambda i: step(n + i))
-        res["outlive_step"] = _stats(await _timed(n, step))
+        res["outlive_step"] = await _worker_steps(b, ctl, parts, n)
 
         # the step invocation making the ledger call itself (one ingress call, one invocation
         # plus the ledger's): the design the run_and_record hook was added for
         b.step_record = "inside"
-        w5 = f"bench/{uuid.uuid4().hex[:8]}"
-        await ctl.open_work(w5)
-        await ctl.publish(w5, "v1", parts)
-        a5 = await ctl.admit(w5)
-        wk5 = Worker(b, a5, parts, clock=lambda: 1)
-        await wk5.start()
-
-        async def step5(i: int) -> None:
-            name = f"s{i}"
-            await wk5.step(name, body, **{name: parts[name]})
-
-        await _timed(20, lambda i: step5(n + i))
-        res["outlive_step_one_invocation"] = _stats(await _timed(n, step5))
+        res["outlive_step_one_invocation"] = await _worker_steps(b, ctl, parts, n)
         b.step_record = "overlap"
 
         # before the run_and_record hook: the step's invocation, then the journal write as a
         # second ingress call (the core's default run_and_record = run_step + execute)
-        w4 = f"bench/{uuid.uuid4().hex[:8]}"
-        await ctl.open_work(w4)
-        await ctl.publish(w4, "v1", parts)
-        a4 = await ctl.admit(w4)
-        wk4 = Worker(b, a4, parts, clock=lambda: 1)
-        await wk4.start()
         b.run_and_record = functools.partial(Backend.run_and_record, b)  # type: ignore[method-assign]
         try:
-            async def step2(i: int) -> None:
-                name = f"s{i}"
-                await wk4.step(name, body, **{name: parts[name]})
-
-            await _timed(20, lambda i: step2(n + i))
-            res["outlive_step_two_invocations"] = _stats(await _timed(n, step2))
+            res["outlive_step_two_invocations"] = await _worker_steps(b, ctl, parts, n)
         finally:
             delattr(b, "run_and_record")
 
@@ -265,10 +244,7 @@ async def measure(url: str, n: int = N) -> dict[str, Any]:
 
         # the worker as a handler: n outlive steps inside one invocation (ContextBackend)
         stop, task, _dep = await serve_in_process(http, b.admin, restate.app([_loop_svc]))
-        w3 = f"bench/{uuid.uuid4().hex[:8]}"
-        await ctl.open_work(w3)
-        await ctl.publish(w3, "v1", parts)
-        a3 = await ctl.admit(w3)
+        w3, a3 = await _admitted(ctl, parts)
         for _ in range(400):
             r = await http.post(f"{b.ingress}/{_LOOP}/steps", json={"n": 0}, headers=hdr)
             if r.status_code == 200:
@@ -283,10 +259,7 @@ async def measure(url: str, n: int = N) -> dict[str, Any]:
         stop.set()
         await asyncio.wait_for(task, 5)
 
-        w2 = f"bench/{uuid.uuid4().hex[:8]}"
-        await ctl.open_work(w2)
-        await ctl.publish(w2, "v1", {"s": "x"})
-        a2 = await ctl.admit(w2)
+        w2, a2 = await _admitted(ctl, {"s": "x"})
 
         async def beat(i: int) -> None:
             await b.execute(w2, L.Heartbeat(attempt=a2.number, token=a2.token, at=i))
