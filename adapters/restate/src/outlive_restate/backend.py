@@ -446,10 +446,13 @@ class RestateBackend(Backend):
         """
         from .owned import owner_key
 
-        q = (f"SELECT id FROM sys_invocation WHERE target_service_name = '{LEDGER}' "
-             f"AND idempotency_key = {_sql_str(owner_key(work_id, attempt))} "
-             f"AND status != 'completed'")
-        return await self._kill(await self._query(q))
+        return await self._kill(await self._running(LEDGER, owner_key(work_id, attempt)))
+
+    async def _running(self, service: str, idempotency_key: str) -> list[dict[str, Any]]:
+        """The ids of ``service``'s invocations under ``idempotency_key`` that have not ended."""
+        return await self._query(
+            f"SELECT id FROM sys_invocation WHERE target_service_name = {_sql_str(service)} "
+            f"AND idempotency_key = {_sql_str(idempotency_key)} AND status != 'completed'")
 
     async def _kill(self, rows: list[dict[str, Any]]) -> int:
         """Kill the invocations whose ``id`` the rows name; how many Restate accepted."""
@@ -470,9 +473,7 @@ class RestateBackend(Backend):
                 if c.work_id == work_id and c.attempt == attempt]
         killed = 0
         for pid in pids:
-            rows = await self._query(
-                f"SELECT id FROM sys_invocation WHERE target_service_name = "
-                f"'{self._steps_name}' AND idempotency_key = '{pid}' AND status != 'completed'")
+            rows = await self._running(self._steps_name, pid)
             if rows:
                 self._revoked.add(pid)  # before the kill: the failed call is read as revoked
             killed += await self._kill(rows)
