@@ -88,7 +88,8 @@ async def _raw(backend: TemporalBackend, n: int) -> float:
         return (time.perf_counter() - t0) * 1000 / n
 
 
-async def _outlive(backend: TemporalBackend, n: int) -> tuple[float, float]:
+async def _started(backend: TemporalBackend, n: int) -> tuple[str, dict[str, str], Worker]:
+    """A fresh work of ``n`` parts (published as v1) and its first attempt's started Worker."""
     work = f"bench/{uuid.uuid4().hex[:8]}"
     tick = iter(range(1, 10**9))
     ctl = Controller(backend, clock=lambda: next(tick))
@@ -98,6 +99,11 @@ async def _outlive(backend: TemporalBackend, n: int) -> tuple[float, float]:
     att = await ctl.admit(work)
     w = Worker(backend, att, parts, clock=lambda: next(tick))
     await w.start()
+    return work, parts, w
+
+
+async def _outlive(backend: TemporalBackend, n: int) -> tuple[float, float]:
+    work, parts, w = await _started(backend, n)
     times: list[float] = []
     t0 = time.perf_counter()
     for name, text in parts.items():
@@ -111,15 +117,7 @@ async def _outlive(backend: TemporalBackend, n: int) -> tuple[float, float]:
 
 
 async def _batch(backend: TemporalBackend, n: int) -> float:
-    work = f"bench/{uuid.uuid4().hex[:8]}"
-    tick = iter(range(1, 10**9))
-    ctl = Controller(backend, clock=lambda: next(tick))
-    await ctl.open_work(work)
-    parts = {f"s{i}": f"section {i}" for i in range(n)}
-    await ctl.publish(work, "v1", parts)
-    att = await ctl.admit(work)
-    w = Worker(backend, att, parts, clock=lambda: next(tick))
-    await w.start()
+    work, parts, w = await _started(backend, n)
     plan = [(name, _summ, {name: text}) for name, text in parts.items()]
     t0 = time.perf_counter()
     await w.run_steps(plan)
