@@ -37,7 +37,7 @@ def test_there_are_864_combinations() -> None:
     ("pattern = 'Revenue was (\\d+\\.\\d+) million'", "pattern = '('", "consumer.pattern"),
     ('silent_step = "s3"', 'silent_step = "s9"', "timeline.silent_step"),
     ('fencing = "on"', 'fencing = "maybe"', "switches.fencing"),
-    ('key = "operation"', 'key = "operation"\ncolour = "red"', "switches"),
+    ('key = "operation"', 'key = "operation"\ncolour = "red"', "switches.colour"),
     ("max_ticks = 60", "max_ticks = 0", "clock.max_ticks"),
     ("wake_at = 8", "wake_at = true", "timeline.wake_at"),
 ])
@@ -66,3 +66,63 @@ def test_switch_values_are_checked() -> None:
         Switches(change="sometimes")
     assert set(SWITCHES) == {"silent", "fencing", "progress", "change", "pins", "rule", "dies",
                              "key"}
+
+
+# Each case below passed validation on an earlier main and then misbehaved at run time (a silent
+# default, "quotes None million", a traceback halfway through a run): now refused up front.
+@pytest.mark.parametrize("old,new,field,says", [
+    ('title = "Q3 report digest"', 'titel = "Q3 report digest"', "work.titel", "did you mean 'title'"),
+    ('work_id = "digest/q3-report"', 'wrok_id = "digest/q3-report"', "wrok_id",
+     "did you mean 'work_id'"),
+    ("fail_open = true", "fail_opne = true", "consumer.fail_opne", "did you mean 'fail_open'"),
+    ("epoch_floor = 40", "epoch_flor = 40", "epoch_flor", "did you mean 'epoch_floor'"),
+    ("pattern = 'Revenue was (\\d+\\.\\d+) million'", "pattern = 'Turnover was (\\d+) bn'",
+     "consumer.pattern", "finds no figure"),
+    ('announce = "announce:{work_id}:{digest}"', 'announce = "a:{digest}{"', "work.announce",
+     "not a valid format string"),
+    ('announce = "announce:{work_id}:{digest}"', 'announce = "a:{digest}:{attempt}"', "work.announce",
+     "only {work_id} and {digest}"),
+    ("max_summary_chars = 280", "max_summary_chars = -5", "work.max_summary_chars", "between 1"),
+    ("ready_at = 12", "ready_at = -1", "consumer.ready_at", "between 0"),
+    ("max_ticks = 60", "max_ticks = 100000000", "clock.max_ticks", "bounded"),
+    ("wake_at = 8", "wake_at = 60", "timeline.wake_at", "between 0"),
+    ("change_at = { during = 4, after = 12 }", "change_at = { during = 4, after = 99 }",
+     "timeline.change_at.after", "between 0"),
+    ("epoch_floor = 40", "epoch_floor = -3", "epoch_floor", "between 0"),
+])
+def test_every_field_is_checked_before_anything_runs(tmp_path: Path, old: str, new: str, field: str,
+                                                     says: str) -> None:
+    assert old in TEXT, old
+    path = tmp_path / "bad.toml"
+    path.write_text(TEXT.replace(old, new, 1))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert info.value.details.get("field") == field, info.value.message
+    assert says in info.value.message
+
+
+def test_a_section_over_the_payload_limit_is_refused_up_front(tmp_path: Path) -> None:
+    big = "Revenue was 4.7 million. " + "x" * (5 * 1024 * 1024)
+    path = tmp_path / "big.toml"
+    path.write_text(TEXT.replace('s4 = "Outlook: the board', f's4 = "{big} Outlook: the board', 1))
+    with pytest.raises(ScenarioError, match="bytes encoded") as info:
+        load_scenario(path)
+    assert info.value.details.get("field") == "versions.v1"
+
+
+async def test_a_reused_work_id_is_refused_before_anything_is_written() -> None:
+    from outlive import open_backend
+    from outlive_conformance.harness import run_scenario
+
+    sc = q3_report()
+    backend = await open_backend("memory://")
+    try:
+        first = await run_scenario(backend, sc)
+        assert first.clean
+        before = await backend.load(sc.work_id)
+        with pytest.raises(ScenarioError, match="already exists") as info:
+            await run_scenario(backend, sc)
+        assert info.value.details.get("field") == "work_id"
+        assert await backend.load(sc.work_id) == before
+    finally:
+        await backend.close()

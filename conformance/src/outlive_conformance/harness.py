@@ -35,7 +35,7 @@ from outlive import (
     Worker,
     content_hash,
 )
-from outlive.errors import ContractFailed, FencingError, StaleOwner, VersionMismatch
+from outlive.errors import ContractFailed, FencingError, ScenarioError, StaleOwner, VersionMismatch
 from outlive.hashing import short
 from outlive.records import AttemptState, Candidate, EffectState, InputVersion, WorkState
 from outlive.rules import LatestAccepted, LatestFinished, Rule, StrictCurrent, dependable
@@ -596,7 +596,16 @@ async def run_scenario(backend: Backend, scenario: Scenario, switches: Switches 
     ``work_id`` defaults to the scenario's; give distinct ids to share one backend across runs.
     """
     sw = switches or scenario.defaults
-    return await _Run(backend, scenario, sw, work_id or scenario.work_id, trace).run()
+    wid = work_id or scenario.work_id
+    # A run judges a story from its first tick: carrying on an existing work would mix two
+    # stories' records and report misleading outcomes, so it is refused before anything is written.
+    if await backend.load(wid) is not None:
+        raise ScenarioError(
+            f"{scenario.source}: work {wid!r} already exists on {backend.url}; a scenario run needs "
+            "a fresh work (give another work id, or a fresh backend)",
+            file=scenario.source, field="work_id", value=wid,
+        )
+    return await _Run(backend, scenario, sw, wid, trace).run()
 
 
 _ = outlive  # re-exported names above come from the public package

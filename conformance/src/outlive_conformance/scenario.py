@@ -7,8 +7,10 @@ half-read scenario is ever returned.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
+import string
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from outlive.errors import ScenarioError
+from outlive.hashing import canonical
+from outlive.ledger import MAX_PAYLOAD_BYTES
 
 __all__ = [
     "SWITCHES",
@@ -127,6 +131,34 @@ class Scenario:
         return m.group(1) if m else None
 
 
+#: Every table of the format and the keys it may hold (``None``: free keys, e.g. version names).
+#: Unknown keys are refused with a suggestion, so a misspelled optional field never passes silently.
+_SCHEMA: dict[str, frozenset[str] | None] = {
+    "": frozenset({"format", "name", "work_id", "description", "epoch_floor", "versions", "work",
+                   "clock", "timeline", "consumer", "switches"}),
+    "versions": None,
+    "work": frozenset({"steps", "first_version", "title", "announce", "max_summary_chars", "contract"}),
+    "work.contract": frozenset({"name", "version", "assessor"}),
+    "clock": frozenset({"heartbeat_every", "missed_beats", "max_ticks"}),
+    "timeline": frozenset({"silent_attempt", "silent_step", "wake_at", "new_version", "change_at",
+                           "poster_dies"}),
+    "timeline.change_at": frozenset({"during", "after"}),
+    "consumer": frozenset({"name", "ready_at", "quotes", "pattern", "needs", "fail_open"}),
+    "switches": frozenset(SWITCHES),
+}
+
+#: Bounds that keep a run finite and its records under the ledger's payload limit.
+_MAX_TICKS = 10_000
+_MAX_SUMMARY_CHARS = 10_000
+_MAX_EPOCH_FLOOR = 2**53
+_ANNOUNCE_FIELDS = frozenset({"work_id", "digest"})
+
+
+def _suggest(word: str, known: frozenset[str] | set[str]) -> str:
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(known))}"
+
+
 class _Reader:
     def __init__(self, source: str, data: Mapping[str, Any]) -> None:
         self.source = source
@@ -136,13 +168,30 @@ class _Reader:
         return ScenarioError(f"{self.source}: field {field!r}: {problem}", file=self.source,
                              field=field)
 
+    def check_keys(self) -> None:
+        """Refuse every key the format does not know, naming the nearest known one."""
+        for path, known in _SCHEMA.items():
+            table = self.data if not path else self.table(path, required=False)
+            if known is None or not isinstance(table, Mapping):
+                continue
+            for key in table:
+                if key not in known:
+                    where = f"{path}.{key}" if path else key
+                    raise self.fail(where, f"unknown field{_suggest(key, known)}")
+
+    def missing(self, path: str) -> ScenarioError:
+        table_path, _, key = path.rpartition(".")
+        known = _SCHEMA.get(table_path)
+        hint = f" (the format names it {key!r}: check its spelling)" if known and key in known else ""
+        return self.fail(path, f"is missing{hint}")
+
     def table(self, path: str, *, required: bool = True) -> Mapping[str, Any]:
         node: Any = self.data
         for part in path.split("."):
             if not isinstance(node, Mapping) or part not in node:
                 if not required:
                     return {}
-                raise self.fail(path, "is missing")
+                raise self.missing(path)
             node = node[part]
         if not isinstance(node, Mapping):
             raise self.fail(path, f"must be a table, not {type(node).__name__}")
@@ -154,7 +203,7 @@ class _Reader:
         if key not in table:
             if default is not ...:
                 return default
-            raise self.fail(path, "is missing")
+            raise self.missing(path)
         value = table[key]
         if kind is int and isinstance(value, bool):
             raise self.fail(path, "must be an integer, not a boolean")
@@ -170,6 +219,7 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{source}: not valid TOML: {exc}", file=source) from exc
     r = _Reader(source, data)
+    r.check_keys()
     fmt = r.get("format", int)
     if fmt != 1:
         raise r.fail("format", f"unsupported format {fmt}; this outlive reads format 1")
@@ -182,6 +232,10 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         if not parts:
             raise r.fail(f"versions.{vname}", "has no parts")
         versions[vname] = {p: r.get(f"versions.{vname}.{p}", str) for p in parts}
+        size = len(canonical(versions[vname]))
+        if size > MAX_PAYLOAD_BYTES:
+            raise r.fail(f"versions.{vname}", f"is {size} bytes encoded; a published input version "
+                         f"may be at most {MAX_PAYLOAD_BYTES} bytes")
     steps = r.get("work.steps", list)
     if not steps or not all(isinstance(s, str) and s for s in steps):
         raise r.fail("work.steps", "must be a non-empty list of part names")
@@ -195,7 +249,18 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     if first not in versions:
         raise r.fail("work.first_version", f"{first!r} is not a version")
     announce = r.get("work.announce", str)
-    if "{digest}" not in announce:
+    try:
+        named = {f for _, f, _, _ in string.Formatter().parse(announce) if f is not None}
+    except ValueError as exc:
+        raise r.fail("work.announce", f"not a valid format string: {exc}") from exc
+    if named - _ANNOUNCE_FIELDS:
+        raise r.fail("work.announce", f"names {sorted(named - _ANNOUNCE_FIELDS)}; only {{work_id}} "
+                     "and {digest} are known")
+    try:
+        announce.format(work_id="w", digest="d")
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise r.fail("work.announce", f"not a valid format string: {exc}") from exc
+    if "digest" not in named:
         raise r.fail("work.announce", "must contain {digest}: the key names the operation")
     contract = {k: r.get(f"work.contract.{k}", str) for k in ("name", "version", "assessor")}
     new_version = r.get("timeline.new_version", str)
@@ -226,13 +291,14 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
             raise r.fail("consumer.pattern", "needs one capturing group: the quoted figure")
     except re.error as exc:
         raise r.fail("consumer.pattern", f"not a regular expression: {exc}") from exc
+    for vname, parts in versions.items():
+        m = re.search(pattern, parts[quotes])
+        if m is None or m.group(1) is None:
+            raise r.fail("consumer.pattern", f"finds no figure in {quotes!r} of version {vname!r}: "
+                         "the consumer would quote nothing")
     needs = r.get("consumer.needs", str)
     if needs != "current":
         raise r.fail("consumer.needs", "only 'current' is supported")
-    consumer = Consumer(
-        name=r.get("consumer.name", str), ready_at=r.get("consumer.ready_at", int), quotes=quotes,
-        pattern=pattern, needs=needs, fail_open=r.get("consumer.fail_open", bool, default=False),
-    )
     sw_raw = r.table("switches", required=False)
     unknown = set(sw_raw) - set(SWITCHES)
     if unknown:
@@ -247,12 +313,34 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         ints[path] = r.get(path, int)
         if ints[path] < 1:
             raise r.fail(path, "must be >= 1")
+    max_ticks = ints["clock.max_ticks"]
+    if max_ticks > _MAX_TICKS:
+        raise r.fail("clock.max_ticks", f"must be <= {_MAX_TICKS}: a run is bounded")
+    ready_at = r.get("consumer.ready_at", int)
+    for path, value in (("consumer.ready_at", ready_at), ("timeline.wake_at", ints["timeline.wake_at"]),
+                        ("clock.heartbeat_every", ints["clock.heartbeat_every"]),
+                        *((f"timeline.change_at.{k}", v) for k, v in change_at.items())):
+        if not 0 <= value < max_ticks:
+            raise r.fail(path, f"must be between 0 and clock.max_ticks - 1 ({max_ticks - 1}), not {value}")
+    max_summary_chars = r.get("work.max_summary_chars", int, default=280)
+    if not 1 <= max_summary_chars <= _MAX_SUMMARY_CHARS:
+        raise r.fail("work.max_summary_chars", f"must be between 1 and {_MAX_SUMMARY_CHARS}")
+    epoch_floor = r.get("epoch_floor", int, default=0)
+    if not 0 <= epoch_floor <= _MAX_EPOCH_FLOOR:
+        raise r.fail("epoch_floor", f"must be between 0 and {_MAX_EPOCH_FLOOR}")
+    for path in ("name", "work_id"):
+        if not r.get(path, str).strip():
+            raise r.fail(path, "must not be empty")
+    consumer = Consumer(
+        name=r.get("consumer.name", str), ready_at=ready_at, quotes=quotes,
+        pattern=pattern, needs=needs, fail_open=r.get("consumer.fail_open", bool, default=False),
+    )
     return Scenario(
         name=r.get("name", str), work_id=r.get("work_id", str),
         description=r.get("description", str, default=""),
-        epoch_floor=r.get("epoch_floor", int, default=0), versions=versions, steps=tuple(steps),
+        epoch_floor=epoch_floor, versions=versions, steps=tuple(steps),
         first_version=first, title=r.get("work.title", str, default=""), announce=announce,
-        max_summary_chars=r.get("work.max_summary_chars", int, default=280), contract=contract,
+        max_summary_chars=max_summary_chars, contract=contract,
         heartbeat_every=ints["clock.heartbeat_every"], missed_beats=ints["clock.missed_beats"],
         max_ticks=ints["clock.max_ticks"], silent_attempt=ints["timeline.silent_attempt"],
         silent_step=silent_step, wake_at=ints["timeline.wake_at"], new_version=new_version,
