@@ -55,9 +55,19 @@ class PosterDied(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class TraceEvent:
+    """One line of the run's story, plus the structure a drawing needs.
+
+    ``lane`` says whose line it sits on (``input``, ``controller``, ``attempt:N``, ``receiver`` or
+    ``consumer:NAME``), ``mark`` what happened (``admit``, ``step``, ``late-write``, ``effect``, …)
+    and ``data`` the identifiers and verdicts behind the text, as plain JSON-able values.
+    """
+
     tick: int
     kind: str
     text: str
+    lane: str = ""
+    mark: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,9 +186,10 @@ class _Run:
         self.rule: Rule = rules[sw.rule]
 
     # -- helpers ---------------------------------------------------------------------------------
-    def log(self, kind: str, text: str) -> None:
+    def log(self, kind: str, text: str, *, lane: str = "", mark: str = "", **data: Any) -> None:
         if self.record_trace:
-            self.trace.append(TraceEvent(tick=self.tick, kind=kind, text=text))
+            self.trace.append(TraceEvent(tick=self.tick, kind=kind, text=text, lane=lane,
+                                         mark=mark, data=data))
 
     def vhash(self, version: str | None) -> str:
         if version is None:
@@ -253,16 +264,21 @@ class _Run:
                 st = await self.state()
                 self.log("attempt", f"#{a.number} wakes and tries to record {step}; the journal "
                          f"rejects it: token {a.token} is older than {st.epoch}. #{a.number} stops "
-                         f"— alive, without write authority")
+                         f"— alive, without write authority", lane=f"attempt:{a.number}",
+                         mark="late-write", step=step, refused=True, token=a.token, epoch=st.epoch,
+                         reason=type(exc).__name__)
                 continue
             a.phase = "work"
             rid = a.worker.steps[step].result_id
             if self.sw.progress == "step":
                 self.log("fencing", f"#{a.number} wakes and records {step} -> {short(rid)} with "
-                         f"stale token {a.token}: applied (fencing off)")
+                         f"stale token {a.token}: applied (fencing off)", lane=f"attempt:{a.number}",
+                         mark="late-write", step=step, refused=False, token=a.token,
+                         result=short(rid))
             else:
                 self.log("attempt", f"#{a.number} wakes and finishes {step} -> {short(rid)} "
-                         "(kept in memory until the end of its attempt)")
+                         "(kept in memory until the end of its attempt)", lane=f"attempt:{a.number}",
+                         mark="wake", step=step, result=short(rid))
             self.truth[rid] = content_hash(self.sc.versions[a.version or self.sc.first_version][step])
 
     async def consumer(self, st: WorkState) -> None:
@@ -273,7 +289,9 @@ class _Run:
         if d is None:
             if self.tick == c.ready_at:
                 self.log("dependant", f"{c.name} is ready; no digest is dependable under the "
-                         f"{self.sw.rule} rule for report {st.current_version}: it waits")
+                         f"{self.sw.rule} rule for report {st.current_version}: it waits",
+                         lane=f"consumer:{c.name}", mark="consumer-wait", rule=self.sw.rule,
+                         version=st.current_version)
             return
         self.news_start = self.tick
         self.news_digest = short(d.digest)
@@ -282,7 +300,9 @@ class _Run:
         self.news_required = self.sc.figure(st.current_version)
         self.log("dependant", f"{c.name} admitted on {short(d.digest)}; it quotes "
                  f"{self.news_figure} million (report {st.current_version} says "
-                 f"{self.news_required} million)")
+                 f"{self.news_required} million)", lane=f"consumer:{c.name}", mark="consumer-start",
+                 digest=short(d.digest), figure=self.news_figure, required=self.news_required,
+                 version=st.current_version, rule=self.sw.rule)
 
     async def controller(self) -> None:
         pending, self.pending_cands = self.pending_cands, []
@@ -292,7 +312,8 @@ class _Run:
             except (VersionMismatch, StaleOwner, ContractFailed) as exc:
                 self.refused.append((self.tick, actor.number, type(exc).__name__))
                 self.log("artifact", f"controller refuses {short(digest)} from #{actor.number}: "
-                         f"{exc.message}")
+                         f"{exc.message}", lane="controller", mark="refuse", digest=short(digest),
+                         attempt=actor.number, reason=type(exc).__name__)
                 if actor.phase == "awaiting":
                     actor.phase = "stopped"
                 st = await self.state()
@@ -309,11 +330,15 @@ class _Run:
                 figure=self.figure_of(cand.content)))
             ver = f"for {acc.version}" if acc.version else "with no version recorded"
             self.log("artifact", f"controller accepts {short(digest)} {ver} under "
-                     f"{self.contract.name}@{self.contract.version}")
+                     f"{self.contract.name}@{self.contract.version}", lane="controller",
+                     mark="accept", digest=short(digest), attempt=cand.attempt, version=acc.version,
+                     contract=f"{self.contract.name}@{self.contract.version}",
+                     figure=self.figure_of(cand.content))
         st = await self.state()
         for att in await self.ctl.observe(self.work, st):
             self.log("attempt", f"#{att.number} has missed {self.sc.missed_beats} heartbeats: "
-                     "unknown — not failed and not finished")
+                     "unknown — not failed and not finished", lane="controller", mark="unknown",
+                     attempt=att.number)
         st = await self.state()
         cur = st.current_attempt
         need = (cur is None or cur.state is AttemptState.UNKNOWN
@@ -335,7 +360,9 @@ class _Run:
         self.admissions.append((self.tick, att.number, att.token, att.pinned_version))
         self.log("attempt", f"controller admits #{att.number} with owner token {att.token}, "
                  f"pinned to report {att.pinned_version} {self.vhash(att.pinned_version)} — "
-                 "written down before any work is dispatched")
+                 "written down before any work is dispatched", lane="controller", mark="admit",
+                 attempt=att.number, token=att.token, version=att.pinned_version,
+                 vhash=self.vhash(att.pinned_version))
         actor.to_settle = [e.op_key for e in w.open_effects()]
         for acc in reversed(st.acceptances):
             if not st.policy.pins or acc.version == actor.version:
@@ -350,7 +377,14 @@ class _Run:
         if actor.restored:
             rest = [s for s in self.sc.steps if s not in actor.restored]
             self.log("journal", f"#{att.number} restores {', '.join(actor.restored)} from the "
-                     f"journal" + (f"; must redo {', '.join(rest)}" if rest else ""))
+                     f"journal" + (f"; must redo {', '.join(rest)}" if rest else ""),
+                     lane=f"attempt:{att.number}", mark="restore", steps=list(actor.restored),
+                     redo=rest)
+
+    def sent_key_label(self, actor: _Actor, op_key: str) -> str | None:
+        """The key the feed saw, as text (the operation key, a per-attempt key, or none)."""
+        key = self.send_key(actor, op_key)
+        return op_key if key is KEEP else key
 
     def send_key(self, actor: _Actor, op_key: str) -> Any:
         if self.sw.key == "operation":
@@ -381,15 +415,23 @@ class _Run:
         except PosterDied:
             actor.phase = "dead"
             self.log("effect", f"#{actor.number} records its intent to post; the feed applies "
-                     f"post P{len(self.feed.applied)}; #{actor.number} dies before recording it")
+                     f"post P{len(self.feed.applied)}; #{actor.number} dies before recording it",
+                     lane=f"attempt:{actor.number}", mark="effect", op_key=op_key,
+                     sent_key=self.sent_key_label(actor, op_key), effect_id=f"P{len(self.feed.applied)}",
+                     duplicate=False, confirmed=False, died=True)
             return False
         if receipt.duplicate:
             self.log("effect", f"#{actor.number} resends with the same operation key; the feed "
                      f"answers \"already seen\" and returns {receipt.effect_id}; nothing new is "
-                     f"posted; {receipt.effect_id} is recorded as confirmed")
+                     f"posted; {receipt.effect_id} is recorded as confirmed",
+                     lane=f"attempt:{actor.number}", mark="effect", op_key=op_key,
+                     sent_key=self.sent_key_label(actor, op_key), effect_id=receipt.effect_id,
+                     duplicate=True, confirmed=True, died=False)
         else:
             self.log("effect", f"#{actor.number} posts the announcement ({op_key}); the feed "
-                     f"applies {receipt.effect_id}; confirmed")
+                     f"applies {receipt.effect_id}; confirmed", lane=f"attempt:{actor.number}",
+                     mark="effect", op_key=op_key, sent_key=self.sent_key_label(actor, op_key),
+                     effect_id=receipt.effect_id, duplicate=False, confirmed=True, died=False)
         self.confirmed_at = self.tick
         return True
 
@@ -438,7 +480,9 @@ class _Run:
                     self.log("artifact", f"#{actor.number} assembles candidate digest "
                              f"{short(cand.digest)} (for {cand.version or 'no recorded version'}, "
                              f"quoting {self.figure_of(cand.content)} million){stale}. "
-                             "Finished; not yet accepted")
+                             "Finished; not yet accepted", lane=f"attempt:{actor.number}",
+                             mark="candidate", digest=short(cand.digest), version=cand.version,
+                             figure=self.figure_of(cand.content), stale=cand.stale)
             st2 = await self.state()
             if self.latest_for(actor, st2) is not None and self.complete_for(actor, st2):
                 await w.finish()
@@ -449,7 +493,9 @@ class _Run:
         except FencingError as exc:
             actor.phase = "stopped"
             self.late_rejected.append((self.tick, actor.number, type(exc).__name__))
-            self.log("fencing", f"#{actor.number}'s write is rejected: {exc.message}; it stops")
+            self.log("fencing", f"#{actor.number}'s write is rejected: {exc.message}; it stops",
+                     lane=f"attempt:{actor.number}", mark="late-write", refused=True,
+                     reason=type(exc).__name__)
 
     def latest_for(self, actor: _Actor, st: WorkState) -> str | None:
         """The accepted digest this attempt is responsible for announcing, if any."""
@@ -477,11 +523,13 @@ class _Run:
                 exc = actor.task.exception()
                 actor.phase = "crashed"
                 self.log("attempt", f"#{actor.number} starts {step} (the model call is made), "
-                         f"then crashes: nothing is recorded ({type(exc).__name__})")
+                         f"then crashes: nothing is recorded ({type(exc).__name__})",
+                         lane=f"attempt:{actor.number}", mark="crash", step=step)
                 return False
             actor.phase = "held"
             self.log("attempt", f"#{actor.number} starts {step} (the model call is made), then "
-                     "goes silent. Nothing is recorded")
+                     "goes silent. Nothing is recorded", lane=f"attempt:{actor.number}",
+                     mark="silent", step=step)
             return False
         await coro
         rec = w.steps[step]
@@ -494,7 +542,10 @@ class _Run:
                  f"#{actor.number} summarises {step} from {actor.version} -> "
                  f"{short(rec.result_id)}, {how}" + (" with a stale token (fencing off)"
                                                       if stale and self.sw.progress == "step"
-                                                      else ""))
+                                                      else ""),
+                 lane=f"attempt:{actor.number}", mark="step", step=step, version=actor.version,
+                 result=short(rec.result_id), saved=self.sw.progress == "step",
+                 stale=stale and self.sw.progress == "step")
         return self.sw.progress == "step"
 
     # -- the run ----------------------------------------------------------------------------------
@@ -511,7 +562,10 @@ class _Run:
                     await self.ctl.publish(self.work, sc.new_version, sc.versions[sc.new_version])
                     self.log("input", f"report {sc.new_version} {self.vhash(sc.new_version)} "
                              "arrives: section 2 corrected from "
-                             f"{sc.figure(sc.first_version)} to {sc.figure(sc.new_version)} million")
+                             f"{sc.figure(sc.first_version)} to {sc.figure(sc.new_version)} million",
+                             lane="input", mark="input", version=sc.new_version,
+                             vhash=self.vhash(sc.new_version), figure=sc.figure(sc.new_version),
+                             previous=sc.first_version)
                 await self.wake()
                 await self.consumer(await self.state())
                 await self.controller()
