@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from .backend import Backend
-from .ledger import Command, OpenWork, Outcome, apply
+from .ledger import Command, Outcome, apply, changed
 from .records import WorkState
 
 
@@ -23,7 +23,7 @@ class MemoryBackend(Backend):
         async with self._lock:
             state = self._works.get(work_id)
             new, outcome = apply(state, command, work_id=work_id)
-            if new is not state or isinstance(command, OpenWork):
+            if changed(state, new):
                 self._works[work_id] = new
             return outcome
 

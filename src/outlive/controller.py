@@ -18,7 +18,6 @@ from .hashing import content_hash
 from .records import (
     Acceptance,
     Attempt,
-    AttemptState,
     Candidate,
     Contract,
     InputVersion,
@@ -81,8 +80,7 @@ class Controller:
         limit = self.heartbeat_interval * self.missed_beats
         marked: list[Attempt] = []
         for att in st.attempts:
-            if att.state in (AttemptState.ADMITTED, AttemptState.RUNNING) and \
-                    now - att.last_heartbeat > limit:
+            if L.is_live(att) and now - att.last_heartbeat > limit:
                 out = await self.backend.execute(work_id, L.MarkUnknown(attempt=att.number, at=now))
                 marked.append(out.record)
         return marked
@@ -94,8 +92,15 @@ class Controller:
 
     async def assess(self, work_id: str, digest: str, contract: Contract,
                      assessor: Assessor, state: WorkState | None = None) -> Acceptance:
-        """Check owner, version and part hashes first, then run the assessor, then record."""
+        """Check owner, version and part hashes first, then run the assessor, then record.
+
+        Idempotent: a digest already accepted under ``contract`` returns that acceptance without
+        judging again (a retry after a crash, or after the work was taken over).
+        """
         st = state if state is not None else await self.state(work_id)
+        done = L.accepted(st, digest, contract)
+        if done is not None:
+            return done
         cand = L.check_acceptable(st, digest)
         version = st.version(cand.version) if cand.version else None
         verdict = assessor(cand, version)

@@ -32,6 +32,8 @@ from .records import (
 )
 
 __all__ = [
+    "COMMANDS",
+    "LIVE_STATES",
     "MAX_PAYLOAD_BYTES",
     "Accept",
     "Admit",
@@ -48,9 +50,15 @@ __all__ = [
     "RecordSteps",
     "StepWrite",
     "SubmitCandidate",
+    "accepted",
     "apply",
     "candidate_digest",
+    "changed",
     "check_acceptable",
+    "check_size",
+    "is_command",
+    "is_live",
+    "reads",
     "result_id",
 ]
 
@@ -58,7 +66,10 @@ __all__ = [
 #: Engines cap payloads (Temporal: 2 MB per payload); bigger things go by reference.
 MAX_PAYLOAD_BYTES = 256 * 1024
 
-_LIVE = (AttemptState.ADMITTED, AttemptState.RUNNING)
+#: Attempt states that hold the work: a successor cannot be admitted while the current attempt
+#: is in one of these, and the controller watches their leases.
+LIVE_STATES: frozenset[AttemptState] = frozenset({AttemptState.ADMITTED, AttemptState.RUNNING})
+_LIVE = LIVE_STATES
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -185,6 +196,14 @@ Command = Union[
 ]
 
 
+#: Every command :func:`apply` understands. Adapters that decode commands check against this
+#: (through :func:`is_command`) instead of keeping their own list.
+COMMANDS: tuple[type, ...] = (
+    OpenWork, PublishInput, Admit, Heartbeat, MarkUnknown, MarkStopped, RecordSteps,
+    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish,
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     """What a command did. ``record`` is the record written or found (None for pure updates)."""
@@ -216,14 +235,72 @@ def candidate_digest(work_id: str, version: str | None, parts: tuple[Part, ...],
     )
 
 
-# -- helpers -----------------------------------------------------------------------------------
-def _size(value: Any, what: str) -> None:
+# -- published answers ---------------------------------------------------------------------------
+# Controller, worker, stores and adapters ask these instead of re-deriving the rules: a copy of a
+# rule is a second rule waiting to disagree.
+def is_command(value: object) -> bool:
+    """Whether ``value`` is a ledger command (an instance of one of :data:`COMMANDS`)."""
+    return isinstance(value, COMMANDS)
+
+
+def reads(state: WorkState | None, cmd: Command) -> frozenset[str]:
+    """The result ids of the journal entries :func:`apply` looks at for ``cmd``.
+
+    A store that loads only part of the journal must give ``apply`` at least these entries (the
+    rest of the state it reads is outside the journal). Entries absent from the journal are
+    simply not found, exactly as with the whole journal.
+    """
+    del state  # no command reads journal entries that only the state could name
+    if isinstance(cmd, RecordSteps):
+        return frozenset(w.result_id for w in cmd.entries)
+    if isinstance(cmd, SubmitCandidate):
+        return frozenset([*(w.result_id for w in cmd.flush), *(p.result_id for p in cmd.parts)])
+    return frozenset()
+
+
+def is_live(attempt: Attempt | None) -> bool:
+    """Whether ``attempt`` still holds the work (admitted or running, not unknown or ended)."""
+    return attempt is not None and attempt.state in LIVE_STATES
+
+
+def changed(before: WorkState | None, after: WorkState) -> bool:
+    """Whether applying a command changed the state (so a store must write ``after``).
+
+    ``apply`` returns the very state it was given when nothing changed (and every change moves
+    ``seq``). A work that did not exist before always changed: it was just opened.
+    """
+    return before is None or after is not before
+
+
+def check_size(value: Any, what: str) -> int:
+    """Raise :class:`~outlive.errors.PayloadTooLarge` if ``value`` is over the limit; its size."""
     n = len(canonical(value))
     if n > MAX_PAYLOAD_BYTES:
         raise E.PayloadTooLarge(
             f"{what} is {n} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes: store a reference",
             size=n, limit=MAX_PAYLOAD_BYTES,
         )
+    return n
+
+
+def accepted(state: WorkState, digest: str, contract: Contract) -> Acceptance | None:
+    """The acceptance already recorded for ``digest`` under ``contract``, if any.
+
+    Judging the same digest again under the same contract is idempotent: whoever asks (a
+    controller retrying after a crash, a successor's controller) gets the recorded acceptance.
+    """
+    cand = state.candidate(digest)
+    if cand is None:
+        return None
+    for a in state.acceptances:
+        if a.digest == cand.digest and a.contract == contract and a.version == cand.version:
+            return a
+    return None
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _size(value: Any, what: str) -> None:
+    check_size(value, what)
 
 
 def _fence(state: WorkState, attempt_no: int, token: int) -> tuple[Attempt, bool]:
@@ -319,7 +396,7 @@ def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None) 
         return state, Outcome(kind="exists", record=state.policy, seq=state.seq)
     if state is None:
         raise E.NotFound(f"work {work_id!r} is not open", work_id=work_id)
-    handler = _HANDLERS.get(type(cmd))
+    handler = _HANDLERS.get(type(cmd)) if is_command(cmd) else None
     if handler is None:
         raise E.InvalidRecord(f"unknown command {type(cmd).__name__}")
     new, outcome = handler(state, cmd)
@@ -498,9 +575,9 @@ def _accept(state: WorkState, cmd: Accept) -> tuple[WorkState, Outcome]:
     cand = state.candidate(cmd.digest)
     if cand is None:
         raise E.NotFound(f"no candidate {cmd.digest[:8]}", digest=cmd.digest)
-    for a in state.acceptances:
-        if a.digest == cand.digest and a.contract == cmd.contract and a.version == cand.version:
-            return state, Outcome(kind="exists", record=a, seq=state.seq)
+    done = accepted(state, cmd.digest, cmd.contract)
+    if done is not None:
+        return state, Outcome(kind="exists", record=done, seq=state.seq)
     check_acceptable(state, cmd.digest)
     if not cmd.verdict:
         raise E.ContractFailed(

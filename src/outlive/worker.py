@@ -168,7 +168,7 @@ class Worker:
             result, _ = await self.backend.run_and_record(p.call, p.body, p.record)
         else:
             result = await self.backend.run_step(p.call, p.body)
-            L._size(result, f"result of step {name!r}")
+            L.check_size(result, f"result of step {name!r}")
             self._pending.append(p.write(result))
         self._remember(p, result, p.rid, restored=False)
         return result
@@ -249,7 +249,7 @@ class Worker:
         the key. ``send_key`` other than the default exists only to show what breaks.
         """
         key: str | None = op_key if send_key is KEEP else send_key
-        L._size(payload, f"payload of {op_key!r}")
+        L.check_size(payload, f"payload of {op_key!r}")
         out = await self._call(L.RecordIntent(
             attempt=self.attempt.number, token=self.token, op_key=op_key,
             payload_digest=content_hash(payload), sent_key=key, at=self.clock()))
