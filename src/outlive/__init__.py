@@ -32,6 +32,16 @@ from .records import (
     WorkState,
 )
 from .rules import Dependable, LatestAccepted, LatestFinished, PinnedVersion, StrictCurrent
+from .supervisor import (
+    Assignment,
+    AttemptContext,
+    Completed,
+    Dispatcher,
+    Lease,
+    Supervisor,
+    TaskDispatcher,
+    WorkDefinition,
+)
 from .worker import KEEP, Worker
 
 __version__ = "0.1.0"
@@ -40,18 +50,23 @@ __all__ = [
     "KEEP",
     "MAX_PAYLOAD_BYTES",
     "Acceptance",
+    "Assignment",
     "Attempt",
+    "AttemptContext",
     "AttemptState",
     "Backend",
     "Candidate",
+    "Completed",
     "Contract",
     "Controller",
     "Dependable",
+    "Dispatcher",
     "Effect",
     "EffectState",
     "InputVersion",
     "JournalEntry",
     "LatestAccepted",
+    "Lease",
     "LatestFinished",
     "MemoryReceiver",
     "Part",
@@ -61,7 +76,10 @@ __all__ = [
     "SqliteReceiver",
     "StepCall",
     "StrictCurrent",
+    "Supervisor",
+    "TaskDispatcher",
     "Worker",
+    "WorkDefinition",
     "WorkState",
     "content_hash",
     "errors",

@@ -80,7 +80,7 @@ class Controller:
         limit = self.heartbeat_interval * self.missed_beats
         marked: list[Attempt] = []
         for att in st.attempts:
-            if L.is_live(att) and now - att.last_heartbeat > limit:
+            if L.is_leased(att) and now - att.last_heartbeat > limit:
                 out = await self.backend.execute(work_id, L.MarkUnknown(attempt=att.number, at=now))
                 marked.append(out.record)
         return marked

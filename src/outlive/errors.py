@@ -12,6 +12,7 @@ caller can write one ``except`` clause whatever engine runs underneath::
     │   ├── PayloadTooLarge          over MAX_PAYLOAD_BYTES
     │   └── UndeclaredInput          a step result whose key is not its declared inputs' key
     ├── ScenarioError                a scenario file is malformed (names file, field, problem)
+    ├── GaveUp                       the supervisor reached its cap on attempts (carries them)
     └── Rejected                     the ledger refused a command; nothing was written
         ├── FencingError
         │   ├── StaleOwner           token older than the current epoch
@@ -19,6 +20,7 @@ caller can write one ``except`` clause whatever engine runs underneath::
         ├── VersionMismatch          built from, or for, another input version
         ├── ContractFailed           the assessor said no
         ├── AttemptActive            a successor while the owner is still live
+        ├── AttemptStopped           the attempt was stopped (its candidate refused, or replaced)
         ├── InputConflict            a published version's content cannot change
         ├── NotFound                 unknown work, version, candidate or attempt
         ├── WorkExists               open_work with another policy
@@ -31,11 +33,13 @@ from typing import Any
 
 __all__ = [
     "AttemptActive",
+    "AttemptStopped",
     "BackendUnavailable",
     "ConfigError",
     "ContractFailed",
     "EffectAmbiguous",
     "FencingError",
+    "GaveUp",
     "InputConflict",
     "InvalidRecord",
     "MissingExtra",
@@ -131,6 +135,18 @@ class AttemptActive(Rejected):
     """A successor cannot be admitted while the current attempt is admitted or running."""
 
 
+class AttemptStopped(Rejected):
+    """The attempt no longer owns the work: its candidate was refused, or it was replaced."""
+
+
+class GaveUp(OutliveError):
+    """The supervisor admitted as many attempts as its cap allows without an accepted result.
+
+    ``details["attempts"]`` lists the attempts (number, token, state, pinned version): a typed
+    end, never a silent loop. Raise the cap or fix the cause, then supervise again.
+    """
+
+
 class InputConflict(Rejected):
     """A published input version is immutable: same version name, different content."""
 
@@ -153,7 +169,7 @@ _TYPES: dict[str, type[OutliveError]] = {
         OutliveError, ConfigError, UnknownBackend, BackendUnavailable, InvalidRecord,
         PayloadTooLarge, UndeclaredInput, ScenarioError, Rejected, FencingError, StaleOwner,
         UnknownToken, VersionMismatch, ContractFailed, AttemptActive, InputConflict, NotFound,
-        WorkExists, EffectAmbiguous,
+        WorkExists, EffectAmbiguous, AttemptStopped, GaveUp,
     )
 }
 

@@ -33,6 +33,7 @@ from .records import (
 
 __all__ = [
     "COMMANDS",
+    "LEASED_STATES",
     "LIVE_STATES",
     "MAX_PAYLOAD_BYTES",
     "Accept",
@@ -48,8 +49,10 @@ __all__ = [
     "PublishInput",
     "RecordIntent",
     "RecordSteps",
+    "Resume",
     "StepWrite",
     "SubmitCandidate",
+    "Wait",
     "accepted",
     "apply",
     "candidate_digest",
@@ -57,6 +60,7 @@ __all__ = [
     "check_acceptable",
     "check_size",
     "is_command",
+    "is_leased",
     "is_live",
     "reads",
     "result_id",
@@ -67,8 +71,11 @@ __all__ = [
 MAX_PAYLOAD_BYTES = 256 * 1024
 
 #: Attempt states that hold the work: a successor cannot be admitted while the current attempt
-#: is in one of these, and the controller watches their leases.
-LIVE_STATES: frozenset[AttemptState] = frozenset({AttemptState.ADMITTED, AttemptState.RUNNING})
+#: is in one of these.
+LIVE_STATES: frozenset[AttemptState] = frozenset(
+    {AttemptState.ADMITTED, AttemptState.RUNNING, AttemptState.WAITING})
+#: Live states whose lease the controller watches: ``waiting`` holds the work but is not silence.
+LEASED_STATES: frozenset[AttemptState] = frozenset({AttemptState.ADMITTED, AttemptState.RUNNING})
 _LIVE = LIVE_STATES
 
 
@@ -112,6 +119,25 @@ class MarkUnknown:
     """Silence: the attempt missed its heartbeats. Its open effect intents become ambiguous."""
 
     attempt: int
+    at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wait:
+    """The owner waits on a person or an outside event: ``waiting``, which is not silence."""
+
+    attempt: int
+    token: int
+    reason: str
+    at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resume:
+    """The wait is over: the attempt is ``running`` again (any fenced write also resumes it)."""
+
+    attempt: int
+    token: int
     at: int
 
 
@@ -192,7 +218,7 @@ class Finish:
 
 Command = Union[
     OpenWork, PublishInput, Admit, Heartbeat, MarkUnknown, MarkStopped, RecordSteps,
-    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish,
+    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish, Wait, Resume,
 ]
 
 
@@ -200,7 +226,7 @@ Command = Union[
 #: (through :func:`is_command`) instead of keeping their own list.
 COMMANDS: tuple[type, ...] = (
     OpenWork, PublishInput, Admit, Heartbeat, MarkUnknown, MarkStopped, RecordSteps,
-    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish,
+    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish, Wait, Resume,
 )
 
 
@@ -259,8 +285,13 @@ def reads(state: WorkState | None, cmd: Command) -> frozenset[str]:
 
 
 def is_live(attempt: Attempt | None) -> bool:
-    """Whether ``attempt`` still holds the work (admitted or running, not unknown or ended)."""
+    """Whether ``attempt`` still holds the work (admitted, running or waiting)."""
     return attempt is not None and attempt.state in LIVE_STATES
+
+
+def is_leased(attempt: Attempt | None) -> bool:
+    """Whether ``attempt``'s silence is suspicious (admitted or running; waiting is not)."""
+    return attempt is not None and attempt.state in LEASED_STATES
 
 
 def changed(before: WorkState | None, after: WorkState) -> bool:
@@ -328,7 +359,8 @@ def _replace_attempt(state: WorkState, att: Attempt) -> tuple[Attempt, ...]:
 def _touch(state: WorkState, att: Attempt, at: int) -> tuple[Attempt, ...]:
     """A write is also a sign of life."""
     if att.state in _LIVE:
-        att = replace(att, state=AttemptState.RUNNING, last_heartbeat=max(att.last_heartbeat, at))
+        att = replace(att, state=AttemptState.RUNNING, last_heartbeat=max(att.last_heartbeat, at),
+                      waiting_for=None)
         return _replace_attempt(state, att)
     return state.attempts
 
@@ -458,7 +490,9 @@ def _heartbeat(state: WorkState, cmd: Heartbeat) -> tuple[WorkState, Outcome]:
     att, _stale = _fence(state, cmd.attempt, cmd.token)   # forged tokens still raise
     if att.state not in _LIVE:
         return state, Outcome(kind="ignored", record=att, seq=state.seq)
-    att = replace(att, state=AttemptState.RUNNING, last_heartbeat=max(att.last_heartbeat, cmd.at),
+    # A beat while waiting keeps the attempt waiting: only a write or Resume ends the wait.
+    state_after = AttemptState.WAITING if att.state is AttemptState.WAITING else AttemptState.RUNNING
+    att = replace(att, state=state_after, last_heartbeat=max(att.last_heartbeat, cmd.at),
                   heartbeats=att.heartbeats + 1)
     seq = state.seq + 1
     new = replace(state, attempts=_replace_attempt(state, att), seq=seq)
@@ -469,8 +503,8 @@ def _unknown(state: WorkState, cmd: MarkUnknown) -> tuple[WorkState, Outcome]:
     att = state.attempt(cmd.attempt)
     if att is None:
         raise E.NotFound(f"attempt #{cmd.attempt} does not exist", attempt=cmd.attempt)
-    if att.state not in _LIVE:
-        return state, Outcome(kind="unchanged", record=att, seq=state.seq)
+    if not is_leased(att):
+        return state, Outcome(kind="unchanged", record=att, seq=state.seq)   # waiting is not silence
     att = replace(att, state=AttemptState.UNKNOWN)
     effects = tuple(
         replace(e, state=EffectState.AMBIGUOUS)
@@ -647,6 +681,30 @@ def _finish(state: WorkState, cmd: Finish) -> tuple[WorkState, Outcome]:
         kind="finished", record=att, seq=seq)
 
 
+def _wait(state: WorkState, cmd: Wait) -> tuple[WorkState, Outcome]:
+    att, _stale = _fence(state, cmd.attempt, cmd.token)
+    if not cmd.reason:
+        raise E.InvalidRecord("a wait says what it waits for", field="reason")
+    if att.state not in _LIVE:
+        return state, Outcome(kind="ignored", record=att, seq=state.seq)
+    att = replace(att, state=AttemptState.WAITING, waiting_for=cmd.reason,
+                  last_heartbeat=max(att.last_heartbeat, cmd.at))
+    seq = state.seq + 1
+    return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
+        kind="waiting", record=att, seq=seq)
+
+
+def _resume(state: WorkState, cmd: Resume) -> tuple[WorkState, Outcome]:
+    att, _stale = _fence(state, cmd.attempt, cmd.token)
+    if att.state is not AttemptState.WAITING:
+        return state, Outcome(kind="unchanged", record=att, seq=state.seq)
+    att = replace(att, state=AttemptState.RUNNING, waiting_for=None,
+                  last_heartbeat=max(att.last_heartbeat, cmd.at))
+    seq = state.seq + 1
+    return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
+        kind="resumed", record=att, seq=seq)
+
+
 _HANDLERS: dict[type, Any] = {
     PublishInput: _publish,
     Admit: _admit,
@@ -659,4 +717,6 @@ _HANDLERS: dict[type, Any] = {
     RecordIntent: _intent,
     ConfirmEffect: _confirm,
     Finish: _finish,
+    Wait: _wait,
+    Resume: _resume,
 }

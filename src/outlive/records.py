@@ -30,10 +30,15 @@ JSON = Any
 
 
 class AttemptState(StrEnum):
-    """``unknown`` is its own state: silence is never ``finished`` and never failed."""
+    """``unknown`` is its own state: silence is never ``finished`` and never failed.
+
+    ``waiting`` is not silence either: the attempt waits on a person or an outside event (an
+    interrupt, an awakeable, a signal) and says what for; nobody suspects it while it waits.
+    """
 
     ADMITTED = "admitted"
     RUNNING = "running"
+    WAITING = "waiting"
     UNKNOWN = "unknown"
     FINISHED = "finished"
     STOPPED = "stopped"
@@ -80,6 +85,8 @@ class Attempt:
     last_heartbeat: int
     heartbeats: int = 0
     request_id: str | None = None
+    #: What a ``waiting`` attempt waits for (a person, an event); None otherwise.
+    waiting_for: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,9 +6,11 @@ out at its next write (``StaleOwner``) and must stop: alive, but without write a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,6 +89,8 @@ class Worker:
         self._parts: dict[str, Part] = {}
         self._pending: list[L.StepWrite] = []
         self._state: WorkState | None = None
+        #: Set when a heartbeat learned that this attempt was replaced.
+        self.replaced = False
 
     @property
     def work_id(self) -> str:
@@ -212,7 +216,53 @@ class Worker:
         """Send a sign of life; False means this attempt was replaced (stop soon)."""
         out = await self._call(
             L.Heartbeat(attempt=self.attempt.number, token=self.token, at=self.clock()))
+        if out.kind == "superseded":
+            self.replaced = True
         return out.kind != "superseded"
+
+    @contextlib.asynccontextmanager
+    async def renewing(self, interval_ms: int) -> AsyncIterator[None]:
+        """Renew the lease every ``interval_ms`` in the background while the block runs.
+
+        A long model call is then not silence. Renewal stops when the block ends or when a beat
+        answers that the attempt was replaced (its next fenced write is refused anyway). A beat
+        that fails (backend briefly unavailable) is skipped, not fatal: a lease is a suspicion,
+        the token is the guarantee.
+        """
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    if not await self.heartbeat():
+                        return
+                except asyncio.CancelledError:
+                    raise
+                except Exception:   # a missed beat is what leases are for
+                    continue
+
+        task = asyncio.create_task(beat(), name=f"outlive-lease:{self.work_id}#{self.attempt.number}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def wait(self, reason: str) -> None:
+        """Record ``waiting`` (on a person, an outside event): not silence, never suspected."""
+        await self._call(L.Wait(attempt=self.attempt.number, token=self.token, reason=reason,
+                                at=self.clock()))
+
+    async def resume(self) -> None:
+        """The wait is over: ``running`` again (any fenced write also ends a wait)."""
+        await self._call(L.Resume(attempt=self.attempt.number, token=self.token, at=self.clock()))
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, reason: str) -> AsyncIterator[None]:
+        """``async with worker.waiting("approval"):`` — waiting inside, running after."""
+        await self.wait(reason)
+        yield
+        await self.resume()
 
     def can_restore(self, name: str, /, **inputs: Any) -> bool:
         """Whether ``step(name, ..., **inputs)`` would be restored from the journal."""

@@ -1,0 +1,563 @@
+"""The supervisor: turns silence into a successor, once, in the library.
+
+Given a :class:`WorkDefinition` — the attempt function registered by name (``module:function``),
+its contract and assessor, how its inputs are loaded — a :class:`Supervisor` opens the work if
+needed, admits an attempt (the record is written before anything is dispatched), hands it to a
+:class:`Dispatcher`, and follows the work to its end:
+
+- a running attempt renews its lease (heartbeats) in the background; an attempt that misses
+  ``missed_beats`` intervals becomes ``unknown`` — never failed, never finished — and the
+  supervisor admits a successor with a larger token and asks the dispatcher to stop the old one;
+- an attempt that records ``waiting`` (a person, an outside event) is not suspected;
+- candidates are judged (owner, version and part hashes first, then the assessor), and a refused
+  candidate stops its attempt;
+- an input version published while an attempt runs does not interrupt it: its candidate is built
+  for the version it was pinned to and is refused at judgement (``VersionMismatch``); the
+  successor is pinned to the new version and restores every step whose input key still matches;
+- the work is done when the current input version has an accepted result and no effect intent
+  is open; a successor settles open intents by resending with the same operation key;
+- successors are capped per input version, with exponential backoff from the predecessor's last
+  sign of life; the cap ends in :class:`~outlive.errors.GaveUp`, never a silent loop.
+
+The supervisor keeps nothing in memory that the ledger does not have: every decision is taken
+from a fresh read of the ledger, so a killed supervisor started again carries on, and two
+supervisors of one work never both admit (the ledger's ``Admit`` refuses the second).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .backend import Backend
+from .controller import Assessor, Controller, wall_clock_ms
+from .errors import (
+    AttemptActive,
+    AttemptStopped,
+    ConfigError,
+    GaveUp,
+    NotFound,
+    Rejected,
+    StaleOwner,
+)
+from .records import (
+    Acceptance,
+    Attempt,
+    AttemptState,
+    Candidate,
+    Contract,
+    EffectState,
+    InputVersion,
+    Policy,
+    WorkState,
+)
+from .worker import Persist, Worker
+
+__all__ = [
+    "Assignment",
+    "AttemptContext",
+    "AttemptFunction",
+    "Completed",
+    "Dispatcher",
+    "Lease",
+    "Status",
+    "Supervisor",
+    "TaskDispatcher",
+    "WorkDefinition",
+    "resolve",
+    "run_attempt",
+    "work_complete",
+]
+
+log = logging.getLogger("outlive.supervisor")
+
+#: An attempt function: ``async def attempt(ctx: AttemptContext) -> None``. It runs the steps
+#: through ``ctx.worker``, submits a candidate with ``ctx.submit``, and sends its effects with
+#: ``ctx.worker.effect`` once the candidate is accepted. It must be importable by name.
+AttemptFunction = Callable[["AttemptContext"], Awaitable[Any]]
+#: ``inputs(version_name) -> {part name: content}``: the content of a published version (the
+#: ledger keeps only hashes), so a fresh process can rebuild its snapshot.
+InputLoader = Callable[[str], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
+
+
+def resolve(ref: str | Callable[..., Any]) -> Callable[..., Any]:
+    """Import ``module:function`` (a dotted attribute path after the colon is allowed)."""
+    if callable(ref):
+        return ref
+    module, sep, attr = ref.partition(":")
+    if not sep or not module or not attr:
+        raise ConfigError(f"expected MODULE:FUNCTION, got {ref!r}", ref=ref)
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module!r} for {ref!r}: {exc}", ref=ref) from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise ConfigError(f"{module!r} has no {attr!r}", ref=ref) from exc
+    if not callable(obj):
+        raise ConfigError(f"{ref!r} is not callable", ref=ref)
+    return obj  # type: ignore[no-any-return]
+
+
+def _name_of(ref: str | Callable[..., Any]) -> str:
+    """The registered name of a function: what a process in another interpreter imports.
+
+    A closure or bound method gets a name too (for logs); only dispatchers that cross a process
+    boundary need it to import, and they say so when it does not.
+    """
+    if isinstance(ref, str):
+        return ref
+    return f"{getattr(ref, '__module__', '?')}:{getattr(ref, '__qualname__', repr(ref))}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """An attempt renews its lease every ``heartbeat_interval`` ms; ``missed_beats`` of silence
+    make it ``unknown``. Takeover therefore starts about ``heartbeat_interval * missed_beats``
+    after the last sign of life."""
+
+    heartbeat_interval: int = 2_000
+    missed_beats: int = 2
+
+    @property
+    def timeout(self) -> int:
+        return self.heartbeat_interval * self.missed_beats
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkDefinition:
+    """What to run for one work, by name, so any process (or engine) can run it.
+
+    ``attempt`` and ``inputs`` may be given as module-level callables; they are then registered
+    under ``module:qualname``. ``assessor`` judges a candidate after the mechanical checks; None
+    accepts every candidate that passes them. ``max_attempts`` caps the attempts pinned to one
+    input version; the n-th successor waits ``backoff * 2**(n-2)`` ms (at most ``max_backoff``)
+    after its predecessor's last sign of life.
+    """
+
+    work_id: str
+    attempt: str | AttemptFunction
+    contract: Contract
+    assessor: str | Assessor | None = None
+    inputs: str | InputLoader | None = None
+    policy: Policy = field(default_factory=Policy)
+    persist: Persist = "step"
+    lease: Lease = field(default_factory=Lease)
+    max_attempts: int = 5
+    backoff: int = 0
+    max_backoff: int = 60_000
+    #: Extra arguments handed to the attempt function (``ctx.args``) and to ``outlive worker``.
+    args: tuple[str, ...] = ()
+    #: When the work is done; default :func:`work_complete` (current version accepted, no open
+    #: effect intent). Give a stricter rule when an effect must exist, not merely be settled.
+    complete: Callable[[WorkState], bool] | None = None
+
+    def is_complete(self, state: WorkState) -> bool:
+        return (self.complete or work_complete)(state)
+
+    @property
+    def attempt_ref(self) -> str:
+        """The attempt function's registered ``module:function`` name."""
+        return _name_of(self.attempt)
+
+    @property
+    def inputs_ref(self) -> str | None:
+        return None if self.inputs is None else _name_of(self.inputs)
+
+    def backoff_for(self, attempt_no_for_version: int) -> int:
+        """Delay before the ``attempt_no_for_version``-th attempt of a version (1 = the first)."""
+        if attempt_no_for_version <= 1 or self.backoff <= 0:
+            return 0
+        return int(min(self.max_backoff, self.backoff * 2 ** (attempt_no_for_version - 2)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assignment:
+    """An admitted attempt, ready to dispatch: everything a runner in any process needs.
+
+    Built only from the ledger's attempt record and the work definition, so a supervisor that
+    restarts can rebuild the assignment of any attempt (to stop it) without having kept it.
+    """
+
+    backend_url: str
+    work_id: str
+    attempt: int
+    token: int
+    pinned_version: str | None
+    #: The attempt function's registered ``module:function``.
+    function: str
+    definition: WorkDefinition
+
+    @classmethod
+    def of(cls, backend: Backend, definition: WorkDefinition, attempt: Attempt) -> Assignment:
+        return cls(backend_url=backend.url, work_id=attempt.work_id, attempt=attempt.number,
+                   token=attempt.token, pinned_version=attempt.pinned_version,
+                   function=definition.attempt_ref, definition=definition)
+
+
+class Dispatcher(abc.ABC):
+    """Runs admitted attempts somewhere: an asyncio task, an OS process, an engine execution.
+
+    What a dispatcher must do (and what it must not):
+
+    - :meth:`dispatch` starts the attempt named by the :class:`Assignment` and returns once it is
+      started, not when it ends. The attempt record and its token are already in the ledger:
+      the runner must use exactly that attempt number and token for every write (the ledger
+      refuses anything else) and must never admit on its own. Dispatch happens at most once per
+      token; a supervisor never re-dispatches an admitted attempt (after a crash between admit
+      and dispatch the attempt simply goes silent and is taken over), so a token never reaches
+      two live runners. An engine with idempotent starts should still key the start by
+      ``(work_id, attempt)``.
+    - Liveness and waiting are reported **through the ledger**, never to the dispatcher: the
+      runner (or the engine's heartbeat, mapped onto it) sends ``Heartbeat`` every
+      ``definition.lease.heartbeat_interval`` ms while the attempt works, ``Wait`` when it waits
+      on a person or an outside event, ``Resume`` when the wait ends, ``Finish`` at the end.
+      :func:`run_attempt` does all of this for runners that call Python directly.
+    - :meth:`stop` is asked to stop a predecessor that was marked ``unknown`` or stopped: SIGTERM a
+      process, cancel a task, cancel an engine execution. It is best effort and may be called for
+      an attempt this dispatcher never started (after a supervisor restart); correctness never
+      depends on it, because the predecessor's next write is refused by its token.
+    - Set :attr:`drives_takeover` when the engine's own timers detect silence and the engine itself
+      marks ``unknown``, admits the successor and starts it (Temporal heartbeat timeouts, Restate
+      delayed calls). The supervisor then does not poll leases or admit successors: it opens the
+      work, admits and dispatches the first attempt, judges candidates and waits for completion.
+    - :meth:`wait` is how the supervisor sleeps between passes; a dispatcher that learns of a
+      change sooner (a process exited, an engine callback) may return early.
+    """
+
+    #: True when the engine detects silence and admits/dispatches successors itself.
+    drives_takeover: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    async def dispatch(self, assignment: Assignment) -> None:
+        """Start the admitted attempt; return once it is started."""
+
+    async def stop(self, assignment: Assignment) -> None:
+        """Ask a replaced or stopped attempt to stop (best effort; fencing is the guarantee)."""
+
+    async def wait(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds; return earlier if something may have changed."""
+        await asyncio.sleep(timeout)
+
+    async def close(self) -> None:
+        """Stop whatever this dispatcher still runs and release its resources."""
+
+
+# -- the attempt's side --------------------------------------------------------------------------
+class AttemptContext:
+    """What an attempt function receives: its started worker, its pinned inputs, its arguments.
+
+    The lease is renewed in the background while the function runs (:meth:`Worker.renew`).
+    """
+
+    def __init__(self, worker: Worker, definition: WorkDefinition,
+                 inputs: Mapping[str, Any] | None, args: tuple[str, ...]) -> None:
+        self.worker = worker
+        self.definition = definition
+        self.inputs: dict[str, Any] = dict(inputs) if inputs is not None else {}
+        self.args = args
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.worker.attempt
+
+    @property
+    def version(self) -> str | None:
+        """The input version this attempt is pinned to."""
+        return self.worker.attempt.pinned_version
+
+    async def submit(self, content: Any, steps: list[str] | None = None, *,
+                     poll: float | None = None) -> Acceptance:
+        """Submit the candidate and wait for the supervisor's judgement.
+
+        Returns the acceptance. Raises :class:`~outlive.errors.AttemptStopped` if the candidate
+        was refused (the supervisor stops the attempt) and :class:`~outlive.errors.StaleOwner` if
+        this attempt was replaced meanwhile. The lease keeps being renewed while it waits.
+        """
+        cand = await self.worker.candidate(content, steps)
+        return await self.judged(cand, poll=poll)
+
+    async def judged(self, cand: Candidate, *, poll: float | None = None) -> Acceptance:
+        """Wait until ``cand`` is accepted (see :meth:`submit`)."""
+        interval = poll if poll is not None else self.definition.lease.heartbeat_interval / 4000
+        backend = self.worker.backend
+        while True:
+            st = await backend.load(self.worker.work_id)
+            assert st is not None
+            for acc in st.acceptances:
+                if acc.digest == cand.digest:
+                    return acc
+            me = st.attempt(self.attempt.number)
+            if st.epoch != self.attempt.token and st.policy.fencing:
+                raise StaleOwner(
+                    f"attempt #{self.attempt.number} was replaced while its candidate waited",
+                    token=self.attempt.token, epoch=st.epoch, attempt=self.attempt.number)
+            if me is not None and me.state in (AttemptState.STOPPED, AttemptState.UNKNOWN):
+                raise AttemptStopped(
+                    f"candidate {cand.digest[:8]} of attempt #{me.number} was not accepted; "
+                    f"the attempt is {me.state.value}", attempt=me.number, digest=cand.digest)
+            await asyncio.sleep(interval)
+
+
+async def _maybe(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def run_attempt(backend: Backend, assignment: Assignment, *,
+                      clock: Callable[[], int] | None = None) -> None:
+    """Run one admitted attempt here: the body every Python runner shares.
+
+    Builds the worker for the assignment's attempt and token, loads the pinned inputs, renews
+    the lease in the background, calls the attempt function and records ``Finish``. A replaced
+    attempt (``StaleOwner``) or a refused one (``AttemptStopped``) ends quietly: alive, without
+    write authority. Any other exception propagates and the attempt goes silent, so the
+    supervisor takes it over after its lease — it is never recorded as failed.
+    """
+    d = assignment.definition
+    st = await backend.load(assignment.work_id)
+    if st is None:
+        raise NotFound(f"work {assignment.work_id!r} is not open", work_id=assignment.work_id)
+    att = st.attempt(assignment.attempt)
+    if att is None or att.token != assignment.token:
+        raise NotFound(f"attempt #{assignment.attempt} with token {assignment.token} is not in "
+                       f"the ledger of {assignment.work_id}", attempt=assignment.attempt)
+    inputs: Mapping[str, Any] | None = None
+    if d.inputs is not None and att.pinned_version is not None:
+        inputs = await _maybe(resolve(d.inputs)(att.pinned_version))
+    # In process the definition may hold the function itself; elsewhere it is imported by name.
+    fn = d.attempt if callable(d.attempt) else resolve(assignment.function)
+    kw: dict[str, Any] = {"persist": d.persist}
+    if clock is not None:
+        kw["clock"] = clock
+    worker = Worker(backend, att, inputs, **kw)
+    await worker.start()
+    ctx = AttemptContext(worker, d, inputs, d.args)
+    try:
+        async with worker.renewing(d.lease.heartbeat_interval):
+            await _maybe(fn(ctx))
+            await worker.finish()
+    except (StaleOwner, AttemptStopped) as exc:
+        log.info("attempt #%s of %s stops without write authority: %s", att.number,
+                 att.work_id, exc)
+
+
+class TaskDispatcher(Dispatcher):
+    """Runs each attempt as an asyncio task in this process, on the supervisor's backend."""
+
+    def __init__(self, backend: Backend, *, clock: Callable[[], int] | None = None) -> None:
+        self.backend = backend
+        self.clock = clock
+        self.tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
+
+    async def dispatch(self, assignment: Assignment) -> None:
+        key = (assignment.work_id, assignment.attempt)
+        if key in self.tasks:
+            return
+        self.tasks[key] = asyncio.create_task(
+            self._run(assignment), name=f"outlive:{assignment.work_id}#{assignment.attempt}")
+
+    async def _run(self, assignment: Assignment) -> None:
+        try:
+            await run_attempt(self.backend, assignment, clock=self.clock)
+        except asyncio.CancelledError:
+            raise
+        except Exception:   # the attempt goes silent; the supervisor takes it over
+            log.exception("attempt #%s of %s raised", assignment.attempt, assignment.work_id)
+
+    async def stop(self, assignment: Assignment) -> None:
+        task = self.tasks.get((assignment.work_id, assignment.attempt))
+        if task is not None and not task.done():
+            task.cancel()
+
+    async def close(self) -> None:
+        tasks = [t for t in self.tasks.values() if not t.done()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
+
+
+# -- the supervisor ------------------------------------------------------------------------------
+def work_complete(state: WorkState) -> bool:
+    """Done: the current version has an accepted result and no effect intent is open."""
+    acc = state.latest_acceptance
+    if acc is None:
+        return False
+    if state.policy.pins and acc.version != state.current_version:
+        return False
+    return all(e.state is EffectState.CONFIRMED for e in state.effects)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Status:
+    """One pass of the supervisor: what it saw and what it did (for a live display)."""
+
+    state: WorkState
+    complete: bool
+    #: What the supervisor did in this pass, in order ("marked #1 unknown", "admitted #2", ...).
+    actions: tuple[str, ...] = ()
+    #: Milliseconds until the next successor may be admitted (backoff), if one is due.
+    backoff_left: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    """The typed end of a supervised work: accepted for the current version, effects confirmed."""
+
+    work_id: str
+    acceptance: Acceptance
+    attempts: tuple[Attempt, ...]
+
+
+def _attempt_summary(att: Attempt) -> dict[str, Any]:
+    return {"number": att.number, "token": att.token, "state": att.state.value,
+            "pinned_version": att.pinned_version, "last_heartbeat": att.last_heartbeat}
+
+
+class Supervisor:
+    """Follows one work to its end with a dispatcher; every decision is read from the ledger.
+
+    ``await supervisor.run()`` returns :class:`Completed` or raises
+    :class:`~outlive.errors.GaveUp`. :meth:`tick` is one decision pass, for callers that drive
+    time themselves (a test on a logical clock, a live status display).
+    """
+
+    def __init__(self, backend: Backend, definition: WorkDefinition,
+                 dispatcher: Dispatcher | None = None, *,
+                 clock: Callable[[], int] = wall_clock_ms, poll: float | None = None) -> None:
+        self.backend = backend
+        self.definition = definition
+        self.dispatcher = dispatcher if dispatcher is not None else TaskDispatcher(backend)
+        self.clock = clock
+        #: Seconds between passes: a quarter of a heartbeat interval unless given.
+        self.poll = poll if poll is not None else definition.lease.heartbeat_interval / 4000
+        self.controller = Controller(backend, clock=clock,
+                                     heartbeat_interval=definition.lease.heartbeat_interval,
+                                     missed_beats=definition.lease.missed_beats)
+        self._assessor: Assessor | None = (
+            None if definition.assessor is None else resolve(definition.assessor))
+
+    @property
+    def work_id(self) -> str:
+        return self.definition.work_id
+
+    async def _state(self) -> WorkState:
+        st = await self.backend.load(self.work_id)
+        if st is None:
+            await self.controller.open_work(self.work_id, self.definition.policy)
+            st = await self.backend.load(self.work_id)
+            assert st is not None
+        return st
+
+    def _accept_all(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
+        return True, "passed the mechanical checks (no assessor)"
+
+    async def judge(self, state: WorkState) -> list[str]:
+        """Judge every candidate submitted after the latest acceptance whose attempt still stands.
+
+        A refused candidate stops its attempt (the attempt's ``submit`` then raises
+        :class:`~outlive.errors.AttemptStopped`); the refusal itself is not a record, so a
+        candidate of a finished attempt may be judged again by a later pass, with the same answer.
+        """
+        actions: list[str] = []
+        since = state.latest_acceptance.seq if state.latest_acceptance else 0
+        for cand in state.candidates:
+            if cand.seq <= since:
+                continue
+            att = state.attempt(cand.attempt)
+            if att is None or att.state is AttemptState.STOPPED:
+                continue
+            try:
+                acc = await self.controller.assess(self.work_id, cand.digest,
+                                                   self.definition.contract,
+                                                   self._assessor or self._accept_all)
+            except Rejected as exc:
+                actions.append(f"refused {cand.digest[:8]} of #{cand.attempt}: "
+                               f"{type(exc).__name__}")
+                if att.state is not AttemptState.FINISHED:
+                    await self.controller.stop(self.work_id, att.number)
+                    await self.dispatcher.stop(Assignment.of(self.backend, self.definition, att))
+                continue
+            actions.append(f"accepted {cand.digest[:8]} of #{cand.attempt} for {acc.version}")
+        return actions
+
+    def needs_successor(self, state: WorkState) -> bool:
+        """The successor rule: no live attempt owns the work and the work is not done."""
+        if self.definition.is_complete(state) or state.current_version is None:
+            return False
+        cur = state.current_attempt
+        return cur is None or cur.state in (AttemptState.UNKNOWN, AttemptState.FINISHED,
+                                            AttemptState.STOPPED)
+
+    def attempts_for_version(self, state: WorkState) -> list[Attempt]:
+        return [a for a in state.attempts if a.pinned_version == state.current_version]
+
+    async def tick(self) -> Status:
+        """One pass: judge candidates, suspect silence, admit and dispatch a successor if due."""
+        actions: list[str] = []
+        st = await self._state()
+        if st.candidates:
+            actions += await self.judge(st)
+        if not self.dispatcher.drives_takeover:
+            st = await self._state()
+            for att in await self.controller.observe(self.work_id, st):
+                actions.append(f"marked #{att.number} unknown (silent)")
+                await self.dispatcher.stop(Assignment.of(self.backend, self.definition, att))
+        st = await self._state()
+        if not self.needs_successor(st):
+            return Status(state=st, complete=self.definition.is_complete(st),
+                          actions=tuple(actions))
+        cur = st.current_attempt
+        if self.dispatcher.drives_takeover and cur is not None:
+            # The engine admits and starts successors; the supervisor only starts the first.
+            return Status(state=st, complete=False, actions=tuple(actions))
+        tried = self.attempts_for_version(st)
+        if len(tried) >= self.definition.max_attempts:
+            raise GaveUp(
+                f"gave up on {self.work_id} after {len(tried)} attempts for version "
+                f"{st.current_version} without an accepted result",
+                work_id=self.work_id, version=st.current_version,
+                attempts=[_attempt_summary(a) for a in tried])
+        if tried:
+            due = tried[-1].last_heartbeat + self.definition.backoff_for(len(tried) + 1)
+            left = due - self.clock()
+            if left > 0:
+                return Status(state=st, complete=False, actions=tuple(actions), backoff_left=left)
+        try:
+            att = await self.controller.admit(self.work_id, request_id=uuid.uuid4().hex)
+        except AttemptActive:
+            actions.append("another supervisor admitted first")
+            return Status(state=await self._state(), complete=False, actions=tuple(actions))
+        actions.append(f"admitted #{att.number} with token {att.token}, pinned to "
+                       f"{att.pinned_version}")
+        await self.dispatcher.dispatch(Assignment.of(self.backend, self.definition, att))
+        actions.append(f"dispatched #{att.number}")
+        return Status(state=await self._state(), complete=False, actions=tuple(actions))
+
+    async def run(self, *, on_status: Callable[[Status], Any] | None = None) -> Completed:
+        """Supervise until done; returns :class:`Completed` or raises ``GaveUp``."""
+        while True:
+            status = await self.tick()
+            if on_status is not None:
+                await _maybe(on_status(status))
+            cur = status.state.current_attempt
+            # Done, and the last attempt has finished (or fell silent): nothing still writes.
+            if status.complete and (cur is None or cur.state not in (AttemptState.ADMITTED,
+                                                                     AttemptState.RUNNING)):
+                acc = status.state.latest_acceptance
+                assert acc is not None
+                return Completed(work_id=self.work_id, acceptance=acc,
+                                 attempts=status.state.attempts)
+            await self.dispatcher.wait(self.poll)
+
