@@ -55,8 +55,10 @@ def test_liveness_is_published() -> None:
     assert att is not None and L.is_live(att)
     for s in AttemptState:
         assert L.is_live(dataclasses.replace(att, state=s)) == (s in L.LIVE_STATES)
-    assert L.LIVE_STATES == {AttemptState.ADMITTED, AttemptState.RUNNING}
-    assert not L.is_live(None)
+    assert L.LIVE_STATES == {AttemptState.ADMITTED, AttemptState.RUNNING, AttemptState.WAITING}
+    # waiting holds the work but its silence is not suspicious: only the others are leased
+    assert L.LEASED_STATES == {AttemptState.ADMITTED, AttemptState.RUNNING}
+    assert not L.is_live(None) and not L.is_leased(None)
 
 
 def test_the_size_check_is_published() -> None:
