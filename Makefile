@@ -4,13 +4,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed-stamp
-PKGS := -e ".[dev]" -e conformance -e adapters/temporal -e adapters/restate -e adapters/langgraph
+PKGS := -e ".[dev]" -e conformance -e adapters/temporal -e adapters/restate -e adapters/langgraph \
+	-e examples/jsonfile_backend
 
 .PHONY: install demo test lint typecheck bench sweep engines clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml conformance/pyproject.toml $(wildcard adapters/*/pyproject.toml)
+$(STAMP): pyproject.toml conformance/pyproject.toml $(wildcard adapters/*/pyproject.toml) examples/jsonfile_backend/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q uv==0.13.8
 	$(UV) pip install -q --python $(PY) $(PKGS)

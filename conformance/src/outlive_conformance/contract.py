@@ -28,6 +28,7 @@ from outlive.errors import (
 )
 from outlive.hashing import content_hash, input_key
 
+from .requirements import requires
 from .testing import FORM, V1, V2, BackendFixture, open_work, summarise, unique_work_id
 
 __all__ = ["BackendContractSuite", "DurableBackendContract"]
@@ -197,6 +198,7 @@ class BackendContractSuite(BackendFixture):
         st = await outlive_backend.load(w.work_id)
         assert st is not None and [e.step for e in st.journal] == ["s1", "s2", "s3"]
 
+    @requires("atomic-commands")
     async def test_works_are_isolated_under_concurrency(self, outlive_backend: Backend) -> None:
         works = await asyncio.gather(*(open_work(outlive_backend) for _ in range(8)))
         await asyncio.gather(*(w.steps(V1) for w in works))
@@ -219,6 +221,7 @@ class BackendContractSuite(BackendFixture):
 class DurableBackendContract:
     """For backends that claim durability: a new client on the same URL sees everything."""
 
+    @requires("durable")
     async def test_the_epoch_and_journal_survive_a_new_client(self, backend_url: str) -> None:
         first = await open_backend(backend_url)
         try:

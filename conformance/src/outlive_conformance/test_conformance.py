@@ -1,6 +1,6 @@
 """Run the suite on the backend named by ``--outlive-backend``:
 
-    pytest --pyargs outlive_conformance.test_conformance --outlive-backend sqlite:///x.db
+    pytest --pyargs outlive_conformance --outlive-backend sqlite:///x.db   # this suite and the contract
 """
 
 from __future__ import annotations

@@ -7,8 +7,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
 
 from outlive import Attempt, Backend, Contract, Controller, Policy, Worker, open_backend
+
+from .requirements import Requirements
 
 __all__ = ["FORM", "V1", "V2", "BackendFixture", "OpenedWork", "open_work", "summarise",
            "unique_work_id"]
@@ -67,9 +70,13 @@ async def open_work(backend: Backend, *, versions: Mapping[str, Mapping[str, str
 
 
 class BackendFixture:
-    """Base for suites: one backend per test class, opened from the subclass's ``backend_url``."""
+    """Base for suites: one backend per test class, opened from the subclass's ``backend_url``.
 
-    @pytest.fixture(scope="class")
+    The fixtures say their event-loop scope themselves, so the suites run the same under any
+    caller's pytest configuration (``asyncio_mode`` strict or auto).
+    """
+
+    @pytest_asyncio.fixture(scope="class", loop_scope="session")
     @classmethod
     async def outlive_backend(cls, backend_url: str) -> AsyncIterator[Backend]:
         backend = await open_backend(backend_url)
@@ -77,3 +84,23 @@ class BackendFixture:
             yield backend
         finally:
             await backend.close()
+
+    @pytest_asyncio.fixture(scope="class", loop_scope="session")
+    @classmethod
+    async def outlive_requirements(cls, backend_url: str) -> Requirements:
+        """The backend's features, from its declared ``capabilities``; override to narrow them."""
+        backend = await open_backend(backend_url)
+        try:
+            return Requirements.of(backend.capabilities)
+        finally:
+            await backend.close()
+
+    @pytest.fixture(autouse=True)
+    def _outlive_skip_unmet(self, request: pytest.FixtureRequest,
+                            outlive_requirements: Requirements) -> None:
+        marker = request.node.get_closest_marker("outlive_requires")
+        if marker is None:
+            return
+        missing = outlive_requirements.missing(marker.args)
+        if missing:
+            pytest.skip(f"backend lacks {', '.join(missing)} (from its capabilities)")
