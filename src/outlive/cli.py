@@ -36,9 +36,7 @@ def _conformance() -> Any:
 
 def _load(name: str) -> Any:
     _h, sc, _s = _conformance()
-    if name in ("q3-report", "q3"):
-        return sc.q3_report()
-    return sc.load_scenario(name)
+    return sc.find_scenario(name)
 
 
 def _switches(scenario: Any, sets: list[str]) -> Any:

@@ -151,3 +151,4 @@ def protected_switches() -> list[Switches]:
     from .scenario import all_switches
 
     return [sw for sw in all_switches() if sw.protected]
+

@@ -28,7 +28,9 @@ __all__ = [
     "Scenario",
     "Switches",
     "all_switches",
+    "find_scenario",
     "load_scenario",
+    "shipped",
     "q3_report",
 ]
 
@@ -125,6 +127,9 @@ class Scenario:
     consumer: Consumer
     defaults: Switches
     source: str
+    #: What the author derived on paper: protection -> the story settings under which removing it
+    #: (all others on) breaks exactly the runs that break. None: the sweep reports, not judges.
+    expect_necessity: dict[str, dict[str, tuple[str, ...]]] | None = None
 
     def figure(self, version: str) -> str | None:
         m = re.search(self.consumer.pattern, self.versions[version][self.consumer.quotes])
@@ -135,7 +140,7 @@ class Scenario:
 #: Unknown keys are refused with a suggestion, so a misspelled optional field never passes silently.
 _SCHEMA: dict[str, frozenset[str] | None] = {
     "": frozenset({"format", "name", "work_id", "description", "epoch_floor", "versions", "work",
-                   "clock", "timeline", "consumer", "switches"}),
+                   "clock", "timeline", "consumer", "switches", "expect"}),
     "versions": None,
     "work": frozenset({"steps", "first_version", "title", "announce", "max_summary_chars", "contract"}),
     "work.contract": frozenset({"name", "version", "assessor"}),
@@ -145,6 +150,8 @@ _SCHEMA: dict[str, frozenset[str] | None] = {
     "timeline.change_at": frozenset({"during", "after"}),
     "consumer": frozenset({"name", "ready_at", "quotes", "pattern", "needs", "fail_open"}),
     "switches": frozenset(SWITCHES),
+    "expect": frozenset({"necessity"}),
+    "expect.necessity": frozenset({"fencing", "pins", "key", "strict"}),
 }
 
 #: Bounds that keep a run finite and its records under the ledger's payload limit.
@@ -331,6 +338,23 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     for path in ("name", "work_id"):
         if not r.get(path, str).strip():
             raise r.fail(path, "must not be empty")
+    expect_necessity: dict[str, dict[str, tuple[str, ...]]] | None = None
+    if "necessity" in r.table("expect", required=False):
+        expect_necessity = {}
+        for prot, when in r.table("expect.necessity").items():
+            path = f"expect.necessity.{prot}"
+            if not isinstance(when, Mapping):
+                raise r.fail(path, "must be a table of story switch -> list of values ({} = every run)")
+            cond: dict[str, tuple[str, ...]] = {}
+            for sw_name, values in when.items():
+                if sw_name not in SWITCHES:
+                    raise r.fail(f"{path}.{sw_name}", f"not a switch{_suggest(sw_name, set(SWITCHES))}")
+                if (not isinstance(values, list) or not values
+                        or any(v not in SWITCHES[sw_name] for v in values)):
+                    raise r.fail(f"{path}.{sw_name}",
+                                 f"must be a non-empty list of {', '.join(SWITCHES[sw_name])}")
+                cond[sw_name] = tuple(sorted(values))
+            expect_necessity[prot] = cond
     consumer = Consumer(
         name=r.get("consumer.name", str), ready_at=ready_at, quotes=quotes,
         pattern=pattern, needs=needs, fail_open=r.get("consumer.fail_open", bool, default=False),
@@ -345,7 +369,7 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         max_ticks=ints["clock.max_ticks"], silent_attempt=ints["timeline.silent_attempt"],
         silent_step=silent_step, wake_at=ints["timeline.wake_at"], new_version=new_version,
         change_at=change_at, poster_dies=poster_dies, consumer=consumer, defaults=defaults,
-        source=source,
+        source=source, expect_necessity=expect_necessity,
     )
 
 
@@ -357,6 +381,22 @@ def load_scenario(path: str | Path) -> Scenario:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{p}: cannot read scenario: {exc}", file=str(p)) from exc
     return parse_scenario(text, str(p))
+
+
+def shipped() -> tuple[str, ...]:
+    """Names of the scenarios that ship with the package."""
+    folder = resources.files("outlive_conformance") / "scenarios"
+    return tuple(sorted(f.name.removesuffix(".toml") for f in folder.iterdir()
+                        if f.name.endswith(".toml")))
+
+
+def find_scenario(name_or_path: str) -> Scenario:
+    """A shipped scenario by name (``q3-report``, ``late-newsletter``), else a file path."""
+    name = "q3-report" if name_or_path == "q3" else name_or_path
+    if name in shipped():
+        ref = resources.files("outlive_conformance") / "scenarios" / f"{name}.toml"
+        return parse_scenario(ref.read_text(encoding="utf-8"), f"{name}.toml")
+    return load_scenario(name_or_path)
 
 
 def q3_report() -> Scenario:

@@ -12,13 +12,15 @@ from outlive import Backend
 from .harness import RunSummary, run_scenario
 from .scenario import Scenario, Switches, all_switches
 
-__all__ = ["Claim", "SweepResult", "check_claims", "sweep"]
+__all__ = ["PROTECTIONS", "Claim", "Necessity", "SweepResult", "check_claims", "necessity", "sweep"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SweepResult:
     runs: dict[str, RunSummary]
     seconds: float
+    #: The scenario's expected necessity (its ``[expect.necessity]``), judged by check_claims.
+    expected: dict[str, dict[str, tuple[str, ...]]] | None = None
 
     def by_switches(self, sw: Switches) -> RunSummary:
         return self.runs[sw.label]
@@ -45,19 +47,92 @@ async def sweep(backend: Backend, scenario: Scenario, *, concurrency: int = 1,
                 progress(done, len(combos))
 
     await asyncio.gather(*(one(i, sw) for i, sw in enumerate(combos)))
-    return SweepResult(runs=runs, seconds=time.perf_counter() - t0)
+    return SweepResult(runs=runs, seconds=time.perf_counter() - t0,
+                       expected=scenario.expect_necessity)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
+    """A statement checked run by run. ``must`` claims hold on every scenario; the others are
+    what one scenario's author (the article, for q3-report) says the sweep will show."""
+
     name: str
     text: str
     holds: bool
     detail: str
+    must: bool = True
 
 
-def check_claims(result: SweepResult) -> list[Claim]:
-    """The seed's claims about the sweep, each checked run by run."""
+#: The four protections, each as (name, switch, the protected value).
+PROTECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("fencing", "fencing", "on"), ("pins", "pins", "on"), ("key", "key", "operation"),
+    ("strict", "rule", "strict"),
+)
+#: The switches that set the story rather than a protection.
+_STORY = ("silent", "progress", "change", "dies")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Necessity:
+    """What removing one protection (all others on) did in this sweep, computed from the runs."""
+
+    protection: str
+    runs: int
+    broken: int
+    #: The story settings under which it broke, as the smallest exact description found
+    #: (e.g. ``{"silent": ("paused",)}``), or None when no single switch describes it.
+    breaks_when: dict[str, tuple[str, ...]] | None
+    broken_labels: tuple[str, ...]
+
+    @property
+    def necessary(self) -> bool:
+        return self.broken > 0
+
+    @property
+    def described(self) -> str:
+        if not self.broken:
+            return "never broke a run here"
+        if self.breaks_when is None:
+            return f"broke {self.broken}/{self.runs} runs (no single switch describes which)"
+        cond = " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in self.breaks_when.items())
+        return f"broke exactly the runs where {cond} ({self.broken}/{self.runs})"
+
+
+def _removed(sw: Switches, switch: str, on: str) -> bool:
+    return getattr(sw, switch) != on and sw.set(**{switch: on}).protected
+
+
+def necessity(result: SweepResult) -> list[Necessity]:
+    """For each protection: which runs broke with only it removed, and the switch that explains it."""
+    runs = [(Switches(**r.switches), r) for r in result.runs.values()]
+    out: list[Necessity] = []
+    for name, switch, on in PROTECTIONS:
+        subset = [(sw, r) for sw, r in runs if _removed(sw, switch, on)]
+        broken = {sw.label for sw, r in subset if not r.clean}
+        when: dict[str, tuple[str, ...]] | None = None
+        if broken and len(broken) < len(subset):
+            for story in (*_STORY, switch):
+                values = sorted({getattr(sw, story) for sw, _ in subset if sw.label in broken})
+                if {sw.label for sw, _ in subset if getattr(sw, story) in values} == broken:
+                    when = {story: tuple(values)}
+                    break
+        elif broken:
+            when = {}
+        out.append(Necessity(protection=name, runs=len(subset), broken=len(broken),
+                             breaks_when=when, broken_labels=tuple(sorted(broken))))
+    return out
+
+
+def check_claims(result: SweepResult, expected: dict[str, dict[str, tuple[str, ...]]] | None = None
+                 ) -> list[Claim]:
+    """The claims every scenario's sweep must satisfy, then the expected necessity, if any.
+
+    ``expected`` defaults to the scenario's own ``[expect.necessity]`` (``result.expected``).
+    ``expected`` maps a protection to the story settings under which its removal must break a run
+    (``{}``: every run) — what a scenario's author derived on paper. Without it, necessity is
+    reported (:func:`necessity`) but not judged: a scenario that never exercises a protection is
+    not a failure of the system.
+    """
     runs = [(Switches(**r.switches), r) for r in result.runs.values()]
     claims: list[Claim] = []
     prot = [r for sw, r in runs if sw.protected]
@@ -65,51 +140,41 @@ def check_claims(result: SweepResult) -> list[Claim]:
     claims.append(Claim(
         name="protected-clean",
         text="fencing, pins, the operation key and the strict rule all on: every run clean",
-        holds=len(prot) == 24 and not bad,
+        holds=bool(prot) and not bad,
         detail=f"{len(prot) - len(bad)}/{len(prot)} clean"))
-
-    def removal(name: str, text: str, off: Callable[[Switches], bool],
-                where: Callable[[Switches], bool]) -> None:
-        """With only this protection removed, runs break exactly ``where``."""
-        subset = [(sw, r) for sw, r in runs if off(sw)]
-        wrong = [sw.label for sw, r in subset if (not r.clean) != where(sw)]
-        broken = sum(1 for _, r in subset if not r.clean)
-        claims.append(Claim(name=name, text=text, holds=not wrong and broken > 0,
-                            detail=f"{broken}/{len(subset)} broken"
-                            + (f"; mismatches: {wrong[:3]}" if wrong else "")))
-
-    removal("fencing-needed", "fencing off breaks every run where the old worker was only paused",
-            lambda s: s.fencing == "off" and s.set(fencing="on").protected,
-            lambda s: s.silent == "paused")
-    removal("pins-needed", "pins off break every run where the input changes",
-            lambda s: s.pins == "off" and s.set(pins="on").protected,
-            lambda s: s.change != "never")
-    removal("key-needed", "a per-attempt or missing key breaks every run where the poster dies",
-            lambda s: s.key != "operation" and s.set(key="operation").protected,
-            lambda s: s.dies == "yes")
-    removal("strict-needed", "a relaxed rule breaks every run where the input changes after "
-            "acceptance", lambda s: s.rule != "strict" and s.set(rule="strict").protected,
-            lambda s: s.change == "after")
     differ = []
     for sw, r in runs:
         if sw.progress == "step":
-            other = result.runs[sw.set(progress="end").label]
-            if r.clean != other.clean:
+            other = result.runs.get(sw.set(progress="end").label)
+            if other is not None and r.clean != other.clean:
                 differ.append(sw.label)
+    pairs = sum(1 for sw, _ in runs if sw.progress == "step")
     claims.append(Claim(
         name="progress-is-cost", text="saving progress only at the end changes cost, never "
         "correctness", holds=not differ,
-        detail=f"{432 - len(differ)}/432 pairs agree" + (f"; e.g. {differ[:2]}" if differ else "")))
-    ff = [r for sw, r in runs if sw.fencing == "off" and sw.pins == "on"]
-    pp = [r for sw, r in runs if sw.pins == "off" and sw.fencing == "on"]
+        detail=f"{pairs - len(differ)}/{pairs} pairs agree" + (f"; e.g. {differ[:2]}" if differ else "")))
+    fenced = [r for sw, r in runs if sw.fencing == "on"]
+    pinned = [r for sw, r in runs if sw.pins == "on"]
     claims.append(Claim(
-        name="fencing-vs-pins",
-        text="fencing off with pins on: stale writes land but no wrong digest is accepted; "
-        "pins off with fencing on: no stale write lands but a wrong digest is",
-        holds=all(r.invariants["parts_match_version"] for r in ff)
-        and any(r.stale_writes_applied for r in ff)
-        and all(r.stale_writes_applied == 0 for r in pp)
-        and any(not r.invariants["parts_match_version"] for r in pp),
-        detail=f"{sum(1 for r in ff if r.stale_writes_applied)} runs with stale writes; "
-        f"{sum(1 for r in pp if not r.invariants['parts_match_version'])} with a wrong digest"))
+        name="fencing-stops-stale-writes", text="with fencing on, no stale write ever lands",
+        holds=all(r.stale_writes_applied == 0 for r in fenced),
+        detail=f"{sum(1 for r in fenced if r.stale_writes_applied)} of {len(fenced)} fenced runs "
+        "had one"))
+    claims.append(Claim(
+        name="pins-stop-wrong-digests", text="with pins on, no digest is accepted for a version "
+        "its parts were not computed from",
+        holds=all(r.invariants["parts_match_version"] for r in pinned),
+        detail=f"{sum(1 for r in pinned if not r.invariants['parts_match_version'])} of "
+        f"{len(pinned)} pinned runs accepted one"))
+    expected = expected if expected is not None else result.expected
+    if expected is not None:
+        found = {n.protection: n for n in necessity(result)}
+        for name, when in expected.items():
+            n = found[name]
+            holds = n.necessary and n.breaks_when == when
+            want = ("every run" if not when else
+                    " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in when.items()))
+            claims.append(Claim(
+                name=f"{name}-needed", text=f"removing {name} breaks exactly the runs where {want}",
+                holds=holds, detail=n.described, must=False))
     return claims
