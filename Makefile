@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml conformance/pyproject.toml $(wildcard adapters/*/pyproj
 -include adapters/temporal/engine.mk
 -include adapters/restate/engine.mk
 -include adapters/langgraph/engine.mk
+# The explorer's browser test needs a headless browser (conformance/explore.mk).
+-include conformance/explore.mk
 
 engines: install $(ENGINE_TARGETS)
 
