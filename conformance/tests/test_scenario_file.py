@@ -126,3 +126,25 @@ async def test_a_reused_work_id_is_refused_before_anything_is_written() -> None:
         assert await backend.load(sc.work_id) == before
     finally:
         await backend.close()
+
+
+async def test_the_harness_tells_any_story_in_the_scenarios_own_words() -> None:
+    """No q3 prose in the harness: a story about another figure, with another consumer, reads
+    in its own terms (it said "section 2 corrected ... million" for every scenario)."""
+    from outlive import open_backend
+    from outlive_conformance.harness import run_scenario
+    from outlive_conformance.scenario import parse_scenario
+
+    text = (TEXT.replace("ready_at = 12", "ready_at = 12\nname = \"ticker\"", 1)
+            .replace('name = "newsletter"\n', "", 1)
+            .replace('unit = "million"', 'unit = "units"'))
+    sc = parse_scenario(text, "ticker.toml")
+    backend = await open_backend("memory://")
+    try:
+        s = await run_scenario(backend, sc)
+    finally:
+        await backend.close()
+    prose = "\n".join(e.text for e in s.trace)
+    assert "million" not in prose and "newsletter" not in prose and "section 2" not in prose
+    assert "ticker admitted" in prose and "4.7 units" in prose and "s2 changed" in prose
+    assert s.consumer_name == "ticker" and s.figure_unit == "units"

@@ -56,14 +56,15 @@ def _switches(scenario: Any, sets: list[str]) -> Any:
 def _print_summary(s: Any) -> None:
     print()
     print("outcome")
+    unit = f" {s.figure_unit}" if s.figure_unit else ""
     print(f"  model calls            {s.model_calls}")
     print(f"  posts                  {s.posts}")
     print(f"  stale writes applied   {s.stale_writes_applied}")
     for a in s.accepted:
         ver = a.recorded_version or "no version recorded"
-        print(f"  accepted               {a.digest} at t{a.tick} ({ver}, quoting {a.figure} million)")
+        print(f"  accepted               {a.digest} at t{a.tick} ({ver}, quoting {a.figure}{unit})")
     start = f"t{s.newsletter_start}" if s.newsletter_start is not None else "never"
-    print(f"  newsletter             starts {start}, quotes {s.newsletter_figure} million "
+    print(f"  {s.consumer_name or 'consumer':<22} starts {start}, quotes {s.newsletter_figure}{unit} "
           f"(required: {s.required_figure})")
     print("  invariants             " + ", ".join(
         f"{k} {'ok' if ok else 'BROKEN'}" for k, ok in s.invariants.items()))

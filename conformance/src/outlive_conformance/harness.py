@@ -106,6 +106,9 @@ class RunSummary:
     ended_at: int
     finished: bool
     trace: tuple[TraceEvent, ...] = field(default=())
+    #: The consumer's name and how its figure reads ("million"), so reports need no scenario text.
+    consumer_name: str = ""
+    figure_unit: str = ""
 
     @property
     def clean(self) -> bool:
@@ -289,7 +292,7 @@ class _Run:
         if d is None:
             if self.tick == c.ready_at:
                 self.log("dependant", f"{c.name} is ready; no digest is dependable under the "
-                         f"{self.sw.rule} rule for report {st.current_version}: it waits",
+                         f"{self.sw.rule} rule for input {st.current_version}: it waits",
                          lane=f"consumer:{c.name}", mark="consumer-wait", rule=self.sw.rule,
                          version=st.current_version)
             return
@@ -299,8 +302,8 @@ class _Run:
         assert st.current_version is not None
         self.news_required = self.sc.figure(st.current_version)
         self.log("dependant", f"{c.name} admitted on {short(d.digest)}; it quotes "
-                 f"{self.news_figure} million (report {st.current_version} says "
-                 f"{self.news_required} million)", lane=f"consumer:{c.name}", mark="consumer-start",
+                 f"{c.says(self.news_figure)} (input {st.current_version} says "
+                 f"{c.says(self.news_required)})", lane=f"consumer:{c.name}", mark="consumer-start",
                  digest=short(d.digest), figure=self.news_figure, required=self.news_required,
                  version=st.current_version, rule=self.sw.rule)
 
@@ -359,7 +362,7 @@ class _Run:
         self.pins[att.number] = att.pinned_version
         self.admissions.append((self.tick, att.number, att.token, att.pinned_version))
         self.log("attempt", f"controller admits #{att.number} with owner token {att.token}, "
-                 f"pinned to report {att.pinned_version} {self.vhash(att.pinned_version)} — "
+                 f"pinned to input {att.pinned_version} {self.vhash(att.pinned_version)} — "
                  "written down before any work is dispatched", lane="controller", mark="admit",
                  attempt=att.number, token=att.token, version=att.pinned_version,
                  vhash=self.vhash(att.pinned_version))
@@ -479,7 +482,7 @@ class _Run:
                     stale = " with a stale token (fencing off): applied" if cand.stale else ""
                     self.log("artifact", f"#{actor.number} assembles candidate digest "
                              f"{short(cand.digest)} (for {cand.version or 'no recorded version'}, "
-                             f"quoting {self.figure_of(cand.content)} million){stale}. "
+                             f"quoting {self.sc.consumer.says(self.figure_of(cand.content))}){stale}. "
                              "Finished; not yet accepted", lane=f"attempt:{actor.number}",
                              mark="candidate", digest=short(cand.digest), version=cand.version,
                              figure=self.figure_of(cand.content), stale=cand.stale)
@@ -560,9 +563,12 @@ class _Run:
                 self.tick = tick
                 if self.change_at == tick:
                     await self.ctl.publish(self.work, sc.new_version, sc.versions[sc.new_version])
-                    self.log("input", f"report {sc.new_version} {self.vhash(sc.new_version)} "
-                             "arrives: section 2 corrected from "
-                             f"{sc.figure(sc.first_version)} to {sc.figure(sc.new_version)} million",
+                    old, new = sc.versions[sc.first_version], sc.versions[sc.new_version]
+                    changed = [p for p in sc.steps if old.get(p) != new.get(p)]
+                    self.log("input", f"input {sc.new_version} {self.vhash(sc.new_version)} "
+                             f"arrives: {', '.join(changed) or 'no part'} changed; "
+                             f"{sc.consumer.name}'s figure {sc.consumer.says(sc.figure(sc.first_version))}"
+                             f" -> {sc.consumer.says(sc.figure(sc.new_version))}",
                              lane="input", mark="input", version=sc.new_version,
                              vhash=self.vhash(sc.new_version), figure=sc.figure(sc.new_version),
                              previous=sc.first_version)
@@ -639,7 +645,8 @@ class _Run:
             announcement_confirmed_at=self.confirmed_at, newsletter_start=self.news_start,
             newsletter_figure=self.news_figure, newsletter_digest=self.news_digest,
             required_figure=self.news_required, invariants=invariants, ended_at=self.tick,
-            finished=finished, trace=tuple(self.trace),
+            finished=finished, trace=tuple(self.trace), consumer_name=sc.consumer.name,
+            figure_unit=sc.consumer.unit,
         )
 
 

@@ -100,6 +100,11 @@ class Consumer:
     pattern: str
     needs: str
     fail_open: bool
+    #: How the figure reads in prose ("4.7 million"); empty for a bare figure.
+    unit: str = ""
+
+    def says(self, figure: str | None) -> str:
+        return f"{figure} {self.unit}" if self.unit and figure is not None else str(figure)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,7 +153,7 @@ _SCHEMA: dict[str, frozenset[str] | None] = {
     "timeline": frozenset({"silent_attempt", "silent_step", "wake_at", "new_version", "change_at",
                            "poster_dies"}),
     "timeline.change_at": frozenset({"during", "after"}),
-    "consumer": frozenset({"name", "ready_at", "quotes", "pattern", "needs", "fail_open"}),
+    "consumer": frozenset({"name", "ready_at", "quotes", "pattern", "unit", "needs", "fail_open"}),
     "switches": frozenset(SWITCHES),
     "expect": frozenset({"necessity"}),
     "expect.necessity": frozenset({"fencing", "pins", "key", "strict"}),
@@ -358,6 +363,7 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     consumer = Consumer(
         name=r.get("consumer.name", str), ready_at=ready_at, quotes=quotes,
         pattern=pattern, needs=needs, fail_open=r.get("consumer.fail_open", bool, default=False),
+        unit=r.get("consumer.unit", str, default=""),
     )
     return Scenario(
         name=r.get("name", str), work_id=r.get("work_id", str),
