@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 PKGS := -e ".[dev]" -e conformance -e adapters/temporal -e adapters/restate -e adapters/langgraph \
 	-e examples/jsonfile_backend
 
-.PHONY: install demo test lint typecheck bench sweep engines clean
+.PHONY: install demo test lint typecheck bench sweep crashpoints engines clean
 
 install: $(STAMP)
 
@@ -44,6 +44,11 @@ bench: engines
 
 sweep: install
 	$(VENV)/bin/outlive sweep --backend memory://
+
+# Every crash point x {SIGKILL, SIGSTOP+SIGCONT} x {input changed, not} with attempts as real
+# processes, on every backend reachable here (make test runs a bounded subset).
+crashpoints: engines
+	OUTLIVE_CRASHPOINTS=full $(PY) -m pytest -q -p no:cacheprovider tests/test_crashpoints.py
 
 clean:
 	rm -rf $(VENV) .engines .bench

@@ -9,6 +9,7 @@ SQLite ledger or on Temporal, Restate or LangGraph through adapters.
 from __future__ import annotations
 
 from . import errors
+from ._process import SubprocessDispatcher
 from .backend import Backend, StepCall, open_backend, register_backend
 from .controller import Controller
 from .errors import *  # noqa: F403
@@ -76,6 +77,7 @@ __all__ = [
     "SqliteReceiver",
     "StepCall",
     "StrictCurrent",
+    "SubprocessDispatcher",
     "Supervisor",
     "TaskDispatcher",
     "Worker",

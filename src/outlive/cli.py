@@ -234,11 +234,23 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("work_id")
     i.add_argument("--backend", default="sqlite:///outlive.db")
     i.add_argument("--json", action="store_true")
+    from ._process import add_worker_arguments
+    from ._supervise import add_supervise_arguments
+
+    add_supervise_arguments(sub.add_parser(
+        "supervise", help="run a work definition to its end, taking over silent attempts"))
+    add_worker_arguments(sub.add_parser(
+        "worker", help="run one admitted attempt (the supervisor's process dispatcher starts these)"))
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd in ("worker", "supervise"):   # they run their own loop and signal handling
+        from ._process import run_worker_command
+        from ._supervise import run_supervise_command
+
+        return (run_worker_command if args.cmd == "worker" else run_supervise_command)(args)
     handler = {"demo": _demo, "run": _run, "sweep": _sweep, "inspect": _inspect}[args.cmd]
     try:
         return asyncio.run(handler(args))

@@ -18,6 +18,7 @@ from .hashing import content_hash
 from .records import (
     Acceptance,
     Attempt,
+    AttemptState,
     Candidate,
     Contract,
     InputVersion,
@@ -37,14 +38,20 @@ def wall_clock_ms() -> int:
 
 
 class Controller:
-    """``missed_beats`` heartbeat intervals of silence make an attempt ``unknown``."""
+    """``missed_beats`` heartbeat intervals of silence make an attempt ``unknown``.
+
+    ``start_grace`` (ms) replaces that limit for an attempt admitted but not yet heard from, so a
+    process that takes a while to start is not suspected before it could say anything.
+    """
 
     def __init__(self, backend: Backend, *, clock: Callable[[], int] = wall_clock_ms,
-                 heartbeat_interval: int = 10_000, missed_beats: int = 2) -> None:
+                 heartbeat_interval: int = 10_000, missed_beats: int = 2,
+                 start_grace: int | None = None) -> None:
         self.backend = backend
         self.clock = clock
         self.heartbeat_interval = heartbeat_interval
         self.missed_beats = missed_beats
+        self.start_grace = start_grace
 
     async def open_work(self, work_id: str, policy: Policy | None = None, *,
                         epoch_floor: int = 0) -> None:
@@ -80,7 +87,9 @@ class Controller:
         limit = self.heartbeat_interval * self.missed_beats
         marked: list[Attempt] = []
         for att in st.attempts:
-            if L.is_leased(att) and now - att.last_heartbeat > limit:
+            unheard = att.state is AttemptState.ADMITTED and self.start_grace is not None
+            if L.is_leased(att) and now - att.last_heartbeat > (
+                    max(limit, self.start_grace or 0) if unheard else limit):
                 out = await self.backend.execute(work_id, L.MarkUnknown(attempt=att.number, at=now))
                 marked.append(out.record)
         return marked

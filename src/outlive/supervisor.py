@@ -34,9 +34,10 @@ import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from . import ledger as L
 from .backend import Backend
 from .controller import Assessor, Controller, wall_clock_ms
 from .errors import (
@@ -124,10 +125,14 @@ def _name_of(ref: str | Callable[..., Any]) -> str:
 class Lease:
     """An attempt renews its lease every ``heartbeat_interval`` ms; ``missed_beats`` of silence
     make it ``unknown``. Takeover therefore starts about ``heartbeat_interval * missed_beats``
-    after the last sign of life."""
+    after the last sign of life (``start_grace`` for an attempt not heard from yet)."""
 
     heartbeat_interval: int = 2_000
     missed_beats: int = 2
+    #: How long an admitted attempt may stay unheard from (a process starting, an engine
+    #: scheduling it) before it counts as silent. A runner that is seen to die is taken over
+    #: at once regardless.
+    start_grace: int = 30_000
 
     @property
     def timeout(self) -> int:
@@ -245,6 +250,12 @@ class Dispatcher(abc.ABC):
     async def stop(self, assignment: Assignment) -> None:
         """Ask a replaced or stopped attempt to stop (best effort; fencing is the guarantee)."""
 
+    def gone(self, assignment: Assignment) -> bool:
+        """True when this dispatcher knows the attempt's runner is gone without finishing (its
+        process exited, its task ended). The supervisor then suspects it at once instead of
+        waiting out the lease. False when unsure: the lease covers it."""
+        return False
+
     async def wait(self, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds; return earlier if something may have changed."""
         await asyncio.sleep(timeout)
@@ -347,8 +358,8 @@ async def run_attempt(backend: Backend, assignment: Assignment, *,
             await _maybe(fn(ctx))
             await worker.finish()
     except (StaleOwner, AttemptStopped) as exc:
-        log.info("attempt #%s of %s stops without write authority: %s", att.number,
-                 att.work_id, exc)
+        log.warning("attempt #%s of %s (token %s): refused (%s: %s); it stops, alive but without "
+                    "write authority", att.number, att.work_id, att.token, type(exc).__name__, exc)
 
 
 class TaskDispatcher(Dispatcher):
@@ -373,6 +384,10 @@ class TaskDispatcher(Dispatcher):
             raise
         except Exception:   # the attempt goes silent; the supervisor takes it over
             log.exception("attempt #%s of %s raised", assignment.attempt, assignment.work_id)
+
+    def gone(self, assignment: Assignment) -> bool:
+        task = self.tasks.get((assignment.work_id, assignment.attempt))
+        return task is not None and task.done()
 
     async def stop(self, assignment: Assignment) -> None:
         task = self.tasks.get((assignment.work_id, assignment.attempt))
@@ -444,7 +459,8 @@ class Supervisor:
         self.poll = poll if poll is not None else definition.lease.heartbeat_interval / 4000
         self.controller = Controller(backend, clock=clock,
                                      heartbeat_interval=definition.lease.heartbeat_interval,
-                                     missed_beats=definition.lease.missed_beats)
+                                     missed_beats=definition.lease.missed_beats,
+                                     start_grace=definition.lease.start_grace)
         self._assessor: Assessor | None = (
             None if definition.assessor is None else resolve(definition.assessor))
 
@@ -503,25 +519,45 @@ class Supervisor:
     def attempts_for_version(self, state: WorkState) -> list[Attempt]:
         return [a for a in state.attempts if a.pinned_version == state.current_version]
 
-    async def tick(self) -> Status:
-        """One pass: judge candidates, suspect silence, admit and dispatch a successor if due."""
-        actions: list[str] = []
-        st = await self._state()
-        if st.candidates:
-            actions += await self.judge(st)
-        if not self.dispatcher.drives_takeover:
-            st = await self._state()
-            for att in await self.controller.observe(self.work_id, st):
-                actions.append(f"marked #{att.number} unknown (silent)")
-                await self.dispatcher.stop(Assignment.of(self.backend, self.definition, att))
-        st = await self._state()
+    async def suspect(self, state: WorkState | None = None) -> list[Attempt]:
+        """Mark silent attempts ``unknown`` and ask the dispatcher to stop them; return them.
+
+        Silence is a lease gone by on the supervisor's clock (``waiting`` is never silence), or a
+        runner the dispatcher knows is gone (a process that exited without finishing): a dead
+        runner cannot write, so there is nothing to wait for. Nothing is done when the
+        dispatcher's engine drives takeover itself.
+        """
+        if self.dispatcher.drives_takeover:
+            return []
+        st = state if state is not None else await self._state()
+        marked = await self.controller.observe(self.work_id, st)
+        seen = {a.number for a in marked}
+        for att in st.attempts:
+            if att.number in seen or not L.is_leased(att):
+                continue
+            if self.dispatcher.gone(Assignment.of(self.backend, self.definition, att)):
+                out = await self.backend.execute(
+                    self.work_id, L.MarkUnknown(attempt=att.number, at=self.clock()))
+                if out.kind == "unknown":
+                    marked.append(out.record)
+        for att in marked:
+            await self.dispatcher.stop(Assignment.of(self.backend, self.definition, att))
+        return marked
+
+    async def succeed(self, state: WorkState | None = None) -> Status:
+        """The successor rule: admit and dispatch a successor when one is due.
+
+        Due when the work is not complete and no live attempt holds it (none yet, or the last
+        one is unknown, finished or stopped). Capped per input version, after a backoff from the
+        predecessor's last sign of life; the cap raises :class:`~outlive.errors.GaveUp`. The
+        ledger's ``Admit`` decides between competing supervisors: only one gets the attempt.
+        """
+        st = state if state is not None else await self._state()
         if not self.needs_successor(st):
-            return Status(state=st, complete=self.definition.is_complete(st),
-                          actions=tuple(actions))
-        cur = st.current_attempt
-        if self.dispatcher.drives_takeover and cur is not None:
+            return Status(state=st, complete=self.definition.is_complete(st))
+        if self.dispatcher.drives_takeover and st.current_attempt is not None:
             # The engine admits and starts successors; the supervisor only starts the first.
-            return Status(state=st, complete=False, actions=tuple(actions))
+            return Status(state=st, complete=False)
         tried = self.attempts_for_version(st)
         if len(tried) >= self.definition.max_attempts:
             raise GaveUp(
@@ -533,17 +569,28 @@ class Supervisor:
             due = tried[-1].last_heartbeat + self.definition.backoff_for(len(tried) + 1)
             left = due - self.clock()
             if left > 0:
-                return Status(state=st, complete=False, actions=tuple(actions), backoff_left=left)
+                return Status(state=st, complete=False, backoff_left=left)
         try:
             att = await self.controller.admit(self.work_id, request_id=uuid.uuid4().hex)
         except AttemptActive:
-            actions.append("another supervisor admitted first")
-            return Status(state=await self._state(), complete=False, actions=tuple(actions))
-        actions.append(f"admitted #{att.number} with token {att.token}, pinned to "
-                       f"{att.pinned_version}")
+            return Status(state=await self._state(), complete=False,
+                          actions=("another supervisor admitted first",))
+        actions = [f"admitted #{att.number} with token {att.token}, pinned to "
+                   f"{att.pinned_version}"]
         await self.dispatcher.dispatch(Assignment.of(self.backend, self.definition, att))
         actions.append(f"dispatched #{att.number}")
         return Status(state=await self._state(), complete=False, actions=tuple(actions))
+
+    async def tick(self) -> Status:
+        """One pass: judge candidates, suspect silence, admit and dispatch a successor if due."""
+        actions: list[str] = []
+        st = await self._state()
+        if st.candidates:
+            actions += await self.judge(st)
+        for att in await self.suspect():
+            actions.append(f"marked #{att.number} unknown (silent)")
+        status = await self.succeed()
+        return replace(status, actions=(*actions, *status.actions))
 
     async def run(self, *, on_status: Callable[[Status], Any] | None = None) -> Completed:
         """Supervise until done; returns :class:`Completed` or raises ``GaveUp``."""

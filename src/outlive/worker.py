@@ -230,15 +230,15 @@ class Worker:
         the token is the guarantee.
         """
         async def beat() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
+            while True:     # the first beat at once: "started" is the first sign of life
                 try:
                     if not await self.heartbeat():
                         return
                 except asyncio.CancelledError:
                     raise
                 except Exception:   # a missed beat is what leases are for
-                    continue
+                    pass
+                await asyncio.sleep(interval_ms / 1000)
 
         task = asyncio.create_task(beat(), name=f"outlive-lease:{self.work_id}#{self.attempt.number}")
         try:

@@ -1,0 +1,216 @@
+"""Attempts as OS processes: the subprocess dispatcher and the ``outlive worker`` entry point.
+
+Each admitted attempt runs in its own ``outlive worker MODULE:FUNCTION …`` process, on a backend
+every process can reach (``sqlite://``, ``postgresql://``, an engine — not ``memory://``). The
+process renews its lease while it works; SIGKILL or SIGSTOP it and the supervisor takes over
+after the lease (at once when the process is seen to exit). A replaced process that wakes up is
+refused at its next write and says so in its own log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import IO
+
+from .backend import open_backend
+from .errors import ConfigError, OutliveError
+from .records import Contract
+from .supervisor import Assignment, Dispatcher, Lease, WorkDefinition, resolve, run_attempt
+
+__all__ = ["SubprocessDispatcher", "worker_argv", "worker_main"]
+
+log = logging.getLogger("outlive.worker")
+
+#: The contract a worker process is given: runners never judge, the supervisor does.
+_UNJUDGED = Contract(name="judged-by-the-supervisor", version="-", assessor="-")
+
+
+def worker_argv(assignment: Assignment) -> list[str]:
+    """The ``outlive worker`` arguments that run ``assignment`` (after the program name)."""
+    d = assignment.definition
+    argv = [assignment.function, "--backend", assignment.backend_url,
+            "--work", assignment.work_id, "--attempt", str(assignment.attempt),
+            "--token", str(assignment.token), "--persist", d.persist,
+            "--heartbeat", str(d.lease.heartbeat_interval)]
+    if d.inputs_ref is not None:
+        argv += ["--inputs", d.inputs_ref]
+    for arg in d.args:
+        argv += ["--arg", arg]
+    return argv
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+class SubprocessDispatcher(Dispatcher):
+    """One ``outlive worker`` OS process per attempt.
+
+    ``stop_signal`` is what :meth:`stop` sends a replaced attempt (SIGTERM by default; None
+    sends nothing, so a paused process that is woken shows its own refusals). ``log_dir`` gives
+    each attempt its own log file ``<work>-<attempt>.log``; otherwise the processes inherit this
+    process's output. ``env`` is added to this process's environment.
+    """
+
+    def __init__(self, *, python: str = sys.executable, cwd: str | os.PathLike[str] | None = None,
+                 env: dict[str, str] | None = None, log_dir: str | os.PathLike[str] | None = None,
+                 stop_signal: signal.Signals | None = signal.SIGTERM) -> None:
+        self.python = python
+        self.cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
+        self.env = {**os.environ, **(env or {})}
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.stop_signal = stop_signal
+        self.procs: dict[tuple[str, int], asyncio.subprocess.Process] = {}
+        self._logs: dict[tuple[str, int], IO[bytes]] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+
+    def log_path(self, assignment: Assignment) -> Path | None:
+        if self.log_dir is None:
+            return None
+        return self.log_dir / f"{_safe(assignment.work_id)}-{assignment.attempt}.log"
+
+    def pid(self, assignment: Assignment) -> int | None:
+        proc = self.procs.get((assignment.work_id, assignment.attempt))
+        return proc.pid if proc is not None else None
+
+    async def dispatch(self, assignment: Assignment) -> None:
+        if assignment.backend_url.startswith("memory:"):
+            raise ConfigError("memory:// lives in one process; attempts in other processes need a "
+                              "shared backend (sqlite://, postgresql://, an engine)",
+                              url=assignment.backend_url)
+        d = assignment.definition
+        if callable(d.attempt) and resolve(assignment.function) is not d.attempt:
+            raise ConfigError(f"{assignment.function} does not import as the attempt function; "
+                              "register a module-level function by name", ref=assignment.function)
+        key = (assignment.work_id, assignment.attempt)
+        if key in self.procs:
+            return
+        out: IO[bytes] | None = None
+        path = self.log_path(assignment)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            out = open(path, "ab")
+            self._logs[key] = out
+        proc = await asyncio.create_subprocess_exec(
+            self.python, "-m", "outlive", "worker", *worker_argv(assignment),
+            cwd=self.cwd, env=self.env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=out, stderr=asyncio.subprocess.STDOUT if out is not None else None)
+        self.procs[key] = proc
+        watcher = asyncio.create_task(self._watch(key, proc))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, key: tuple[str, int], proc: asyncio.subprocess.Process) -> None:
+        await proc.wait()
+        out = self._logs.pop(key, None)
+        if out is not None:
+            out.close()
+        self._changed.set()
+
+    def gone(self, assignment: Assignment) -> bool:
+        proc = self.procs.get((assignment.work_id, assignment.attempt))
+        return proc is not None and proc.returncode is not None
+
+    async def stop(self, assignment: Assignment) -> None:
+        proc = self.procs.get((assignment.work_id, assignment.attempt))
+        if proc is None or proc.returncode is not None or self.stop_signal is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(self.stop_signal)
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        self._changed.clear()
+
+    async def close(self) -> None:
+        """Stop every process still running (SIGTERM, then SIGKILL after 5 s)."""
+        alive = [p for p in self.procs.values() if p.returncode is None]
+        for p in alive:
+            with contextlib.suppress(ProcessLookupError):
+                p.terminate()
+        for p in alive:
+            try:
+                await asyncio.wait_for(p.wait(), 5)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                await p.wait()
+        for w in list(self._watchers):
+            with contextlib.suppress(BaseException):
+                await w
+
+
+def _parser(prog: str = "outlive worker") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run one admitted attempt in this process.")
+    add_worker_arguments(p)
+    return p
+
+
+def add_worker_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("function", metavar="MODULE:FUNCTION", help="the attempt function")
+    p.add_argument("--backend", required=True, help="backend URL shared with the supervisor")
+    p.add_argument("--work", required=True, help="work id")
+    p.add_argument("--attempt", required=True, type=int, help="the admitted attempt's number")
+    p.add_argument("--token", required=True, type=int, help="the token it was admitted with")
+    p.add_argument("--inputs", metavar="MODULE:FUNCTION", help="version name -> input content")
+    p.add_argument("--persist", default="step", choices=("step", "end"))
+    p.add_argument("--heartbeat", type=int, default=Lease().heartbeat_interval,
+                   help="lease renewal interval in ms")
+    p.add_argument("--arg", action="append", default=[], help="passed to the function (ctx.args)")
+
+
+async def run_worker(args: argparse.Namespace) -> int:
+    """Run the attempt named by ``args``; SIGTERM cancels it (the supervisor replaced it)."""
+    definition = WorkDefinition(
+        work_id=args.work, attempt=args.function, contract=_UNJUDGED, inputs=args.inputs,
+        persist=args.persist, lease=Lease(heartbeat_interval=args.heartbeat), args=tuple(args.arg))
+    assignment = Assignment(backend_url=args.backend, work_id=args.work, attempt=args.attempt,
+                            token=args.token, pinned_version=None, function=args.function,
+                            definition=definition)
+    tag = f"attempt #{args.attempt} of {args.work} (token {args.token}, pid {os.getpid()})"
+    backend = await open_backend(args.backend)
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    log.info("%s starts", tag)
+    try:
+        await run_attempt(backend, assignment)
+    except asyncio.CancelledError:
+        log.warning("%s stopped by SIGTERM: it was replaced", tag)
+        return 143
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        await backend.close()
+    log.info("%s ended", tag)
+    return 0
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """``outlive worker MODULE:FUNCTION --backend URL --work ID --attempt N --token T …``."""
+    args = _parser().parse_args(argv)
+    return run_worker_command(args)
+
+
+def run_worker_command(args: argparse.Namespace) -> int:
+    # Like `python -m`, the working directory is importable: MODULE names the user's module.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return asyncio.run(run_worker(args))
+    except OutliveError as exc:
+        log.error("%s: %s", type(exc).__name__, exc.message)
+        return 2
+

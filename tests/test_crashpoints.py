@@ -1,0 +1,165 @@
+"""Crash points with real processes: every boundary x {SIGKILL, SIGSTOP then SIGCONT} x {input
+changed during the silence, no change}, each attempt an ``outlive worker`` OS process.
+
+``make test`` runs a bounded subset; ``make crashpoints`` (``OUTLIVE_CRASHPOINTS=full``) runs the
+whole matrix on every backend it can reach. Each run checks: no stale write lands (and a woken
+process's own log shows its refusal), restores match input keys, the accepted digest is for the
+current version and derives from it alone, one acceptance per version, the receiver applied each
+operation key once, no attempt ends in any state but unknown, stopped or finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import supervised_q3 as q3
+
+import outlive
+from outlive import Lease, SubprocessDispatcher, Supervisor
+from outlive.hashing import content_hash, input_key
+
+HERE = Path(__file__).resolve().parent
+FULL = os.environ.get("OUTLIVE_CRASHPOINTS") == "full"
+LEASE = Lease(heartbeat_interval=150, missed_beats=2)
+
+#: The bounded subset in `make test`: a boundary of each kind, both signals, both input stories.
+SUBSET = [
+    ("after-model:s2", "KILL", True),
+    ("after-journal:s2", "STOP", True),
+    ("before-model:s1", "STOP", False),
+    ("after-candidate", "STOP", True),
+    ("after-intent", "KILL", False),
+    ("after-send", "KILL", True),
+    ("after-send", "STOP", False),
+    ("after-confirm", "STOP", True),
+]
+MATRIX = [(p, s, c) for p in q3.POINTS for s in ("KILL", "STOP") for c in (True, False)]
+
+
+def _backends() -> list[str]:
+    names = ["sqlite"]
+    if FULL:
+        names.append("langgraph+sqlite")
+    return names
+
+
+def _url(kind: str, folder: Path) -> str:
+    return {"sqlite": f"sqlite:///{folder / 'outlive.db'}",
+            "langgraph+sqlite": f"langgraph+sqlite:///{folder / 'lg.db'}"}[kind]
+
+
+async def _until(pred: Any, timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not await pred():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool) -> dict[str, Any]:
+    """One run of the matrix; returns what the checks need."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "versions.json").write_text(json.dumps({"v1": q3.V1, "v2": q3.V2}))
+    (folder / "crash.json").write_text(json.dumps({"attempt": 1, "point": point, "signal": sig}))
+    backend = await outlive.open_backend(url)
+    env = {"OUTLIVE_RUN_DIR": str(folder),
+           "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path[1:]])}
+    dispatcher = SubprocessDispatcher(env=env, log_dir=folder / "logs", stop_signal=None)
+    definition = q3.definition(lease=LEASE, max_attempts=4)
+    sup = Supervisor(backend, definition, dispatcher)
+    work = definition.work_id
+    try:
+        await sup.controller.open_work(work)
+        await sup.controller.publish(work, "v1", q3.V1)
+        run = asyncio.create_task(sup.run())
+
+        async def hit() -> bool:
+            if run.done():
+                run.result()
+            return (folder / "hit-1").exists()
+
+        await _until(hit, 60, f"attempt #1 to reach {point}")
+        first = outlive.Assignment.of(backend, definition, (await sup.controller.state(work)).attempts[0])
+        pid = dispatcher.pid(first)
+        assert pid is not None
+        if change:
+            await sup.controller.publish(work, "v2", q3.V2)   # during the silence
+        if sig == "STOP":
+            async def replaced() -> bool:
+                return (await sup.controller.state(work)).epoch > 1 or run.done()
+
+            await _until(replaced, 60, "a successor")
+            os.kill(pid, signal.SIGCONT)
+        done = await asyncio.wait_for(run, 120)
+        proc = dispatcher.procs[(work, 1)]
+        await asyncio.wait_for(proc.wait(), 60)   # the woken one has had its say
+        st = await sup.controller.state(work)
+    finally:
+        await dispatcher.close()
+        await backend.close()
+    conn = sqlite3.connect(folder / "feed.db")
+    posts = conn.execute("SELECT key FROM posts").fetchall()
+    conn.close()
+    logs = {int(p.stem.rsplit("-", 1)[1]): p.read_text() for p in (folder / "logs").glob("*.log")}
+    return {"done": done, "state": st, "posts": [k for (k,) in posts], "logs": logs,
+            "returncode": proc.returncode}
+
+
+def check_run(out: dict[str, Any], sig: str, change: bool) -> None:
+    st: outlive.WorkState = out["state"]
+    current = "v2" if change else "v1"
+    content = q3.V2 if change else q3.V1
+    # no stale write lands; the woken process says it was refused
+    assert st.stale_writes_applied == 0
+    assert not any(e.stale for e in st.journal) and not any(c.stale for c in st.candidates)
+    if sig == "STOP":
+        assert "refused" in out["logs"][1], out["logs"][1]
+    else:
+        assert out["returncode"] == -signal.SIGKILL
+    # the accepted digest is for the current version and derives from it alone
+    acc = out["done"].acceptance
+    assert acc.version == current == st.current_version
+    cand = st.candidate(acc.digest)
+    assert cand is not None and cand.version == current
+    for part in cand.parts:
+        # restores match input keys: each part is keyed by the hash of the current section
+        assert part.sources == {part.step: content_hash(content[part.step])}
+        assert part.input_key == input_key(part.step, part.sources)
+        entry = next(e for e in st.journal if e.result_id == part.result_id)
+        assert entry.input_key == part.input_key
+    # one acceptance per version
+    per_version = Counter(a.version for a in st.acceptances)
+    assert all(n == 1 for n in per_version.values()), per_version
+    # the receiver applied each operation key once, and the current digest was announced
+    assert len(out["posts"]) == len(set(out["posts"]))
+    assert q3.op_key(st.work_id, acc.digest) in out["posts"]
+    assert all(e.state is outlive.EffectState.CONFIRMED for e in st.effects)
+    # silence is never failure: every attempt is unknown, stopped or finished
+    assert {a.state for a in st.attempts} <= {outlive.AttemptState.UNKNOWN,
+                                              outlive.AttemptState.STOPPED,
+                                              outlive.AttemptState.FINISHED}
+    tokens = [a.token for a in st.attempts]
+    assert tokens == sorted(set(tokens))
+
+
+CASES = MATRIX if FULL else SUBSET
+
+
+@pytest.mark.crashpoints
+@pytest.mark.parametrize("kind", _backends())
+@pytest.mark.parametrize(("point", "sig", "change"), CASES,
+                         ids=[f"{p}-{s}-{'change' if c else 'same'}" for p, s, c in CASES])
+async def test_attempt_process_dies_or_pauses_at_a_boundary(
+        kind: str, point: str, sig: str, change: bool, tmp_path: Path) -> None:
+    out = await crash_run(_url(kind, tmp_path), tmp_path, point, sig, change)
+    check_run(out, sig, change)
