@@ -14,6 +14,8 @@ __all__ = ["GOLDEN", "WITNESSES", "Golden", "protected_switches"]
 @dataclass(frozen=True, kw_only=True)
 class Golden:
     name: str
+    #: The article's scene this run is, as a test id ("a_paused_worker_wakes_and_is_refused").
+    scene: str
     switches: dict[str, str]
     expect: Callable[[RunSummary], list[str]]
 
@@ -121,28 +123,51 @@ def _posted_twice(s: RunSummary) -> list[str]:
 
 
 GOLDEN: tuple[Golden, ...] = (
-    Golden(name="main-run", switches={}, expect=_main),
-    Golden(name="crashed-not-paused", switches={"silent": "crashed"}, expect=_crashed),
-    Golden(name="fencing-off", switches={"fencing": "off"}, expect=_fencing_off),
-    Golden(name="fencing-off-input-unchanged", switches={"fencing": "off", "change": "never"},
+    Golden(name="main-run",
+           scene="the_paused_worker_wakes_and_its_late_write_is_refused",
+           switches={}, expect=_main),
+    Golden(name="crashed-not-paused",
+           scene="a_crashed_worker_never_writes_again",
+           switches={"silent": "crashed"}, expect=_crashed),
+    Golden(name="fencing-off",
+           scene="without_fencing_three_stale_writes_land",
+           switches={"fencing": "off"}, expect=_fencing_off),
+    Golden(name="fencing-off-input-unchanged",
+           scene="without_fencing_two_digests_are_accepted_for_one_report",
+           switches={"fencing": "off", "change": "never"},
            expect=_fencing_off_same_input),
-    Golden(name="pins-off", switches={"pins": "off"}, expect=_pins_off),
-    Golden(name="progress-at-end", switches={"progress": "end"}, expect=_end_save),
-    Golden(name="late-change-strict", switches={"change": "after"}, expect=_late_strict),
-    Golden(name="late-change-latest-accepted", switches={"change": "after", "rule": "accepted"},
+    Golden(name="pins-off",
+           scene="without_pins_the_old_figure_is_accepted_a_tick_early",
+           switches={"pins": "off"}, expect=_pins_off),
+    Golden(name="progress-at-end",
+           scene="saving_only_at_the_end_costs_two_calls_and_a_tick",
+           switches={"progress": "end"}, expect=_end_save),
+    Golden(name="late-change-strict",
+           scene="a_late_correction_makes_the_strict_newsletter_wait_for_a_rebuild",
+           switches={"change": "after"}, expect=_late_strict),
+    Golden(name="late-change-latest-accepted",
+           scene="a_late_correction_under_latest_accepted_quotes_the_old_figure",
+           switches={"change": "after", "rule": "accepted"},
            expect=_late_relaxed),
-    Golden(name="late-change-latest-finished", switches={"change": "after", "rule": "finished"},
+    Golden(name="late-change-latest-finished",
+           scene="a_late_correction_under_latest_finished_quotes_the_old_figure",
+           switches={"change": "after", "rule": "finished"},
            expect=_late_relaxed),
-    Golden(name="key-per-attempt", switches={"key": "attempt"}, expect=_posted_twice),
-    Golden(name="no-key", switches={"key": "none"}, expect=_posted_twice),
+    Golden(name="key-per-attempt",
+           scene="a_per_attempt_key_posts_twice_when_the_poster_dies",
+           switches={"key": "attempt"}, expect=_posted_twice),
+    Golden(name="no-key",
+           scene="no_key_posts_twice_when_the_poster_dies",
+           switches={"key": "none"}, expect=_posted_twice),
 )
 
 #: One run per protection removed, each expected to break (and to break the same way everywhere).
 WITNESSES: tuple[tuple[str, dict[str, str]], ...] = (
-    ("without-fencing", {"fencing": "off", "change": "never"}),
-    ("without-pins", {"pins": "off"}),
-    ("without-operation-key", {"key": "attempt"}),
-    ("without-strict-rule", {"rule": "accepted", "change": "after"}),
+    ("without_fencing_a_woken_worker_overwrites_its_successor", {"fencing": "off", "change": "never"}),
+    ("without_pins_a_digest_of_the_old_report_is_accepted", {"pins": "off"}),
+    ("without_the_operation_key_the_retry_posts_again", {"key": "attempt"}),
+    ("without_the_strict_rule_the_newsletter_quotes_a_superseded_figure",
+     {"rule": "accepted", "change": "after"}),
 )
 
 

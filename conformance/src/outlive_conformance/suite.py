@@ -57,21 +57,22 @@ class ConformanceSuite(BackendFixture):
         assert not diff, "outcome differs from memory://:\n" + "\n".join(diff)
         return got
 
-    @pytest.mark.parametrize("golden", GOLDEN, ids=[g.name for g in GOLDEN])
-    async def test_golden_run(self, outlive_backend: Backend, scenario: Scenario,
+    @pytest.mark.parametrize("golden", GOLDEN, ids=[g.scene for g in GOLDEN])
+    async def test_the_articles_scene(self, outlive_backend: Backend, scenario: Scenario,
                               golden: Golden) -> None:
         got = await self.run(outlive_backend, scenario, scenario.defaults.set(**golden.switches))
         problems = golden.check(got)
         assert not problems, f"{golden.name} disagrees with the article:\n" + "\n".join(problems)
 
     @pytest.mark.parametrize("sw", protected_switches(), ids=lambda s: s.label)
-    async def test_protected_run_is_clean(self, outlive_backend: Backend, scenario: Scenario,
-                                          sw: Switches) -> None:
+    async def test_with_every_protection_on_the_story_ends_clean(
+            self, outlive_backend: Backend, scenario: Scenario, sw: Switches) -> None:
         got = await self.run(outlive_backend, scenario, sw)
         assert got.clean, f"{sw.label} broke {got.broken}"
 
     @pytest.mark.parametrize("name,changes", WITNESSES, ids=[w[0] for w in WITNESSES])
-    async def test_witness_breaks(self, outlive_backend: Backend, scenario: Scenario, name: str,
-                                  changes: dict[str, str]) -> None:
+    async def test_removing_one_protection_breaks_the_story(
+            self, outlive_backend: Backend, scenario: Scenario, name: str,
+            changes: dict[str, str]) -> None:
         got = await self.run(outlive_backend, scenario, scenario.defaults.set(**changes))
         assert not got.clean, f"{name}: removing this protection broke nothing"
