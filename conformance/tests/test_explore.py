@@ -58,8 +58,9 @@ def test_fencing_off_answer_counts_stale_writes_and_sits_in_the_fencing_row(
     rows = {r["protection"]: r for r in a["necessity"]["rows"]}
     assert [(r["broken"], r["runs"]) for r in rows.values()] == [(12, 24), (16, 24), (24, 48),
                                                                  (16, 48)]
-    assert all(r["holds"] for r in rows.values())
-    assert rows["fencing"]["here"] and rows["fencing"]["predicted_broken"] is True
+    assert all(r["claim"]["holds"] for r in rows.values())
+    assert "silent in {paused}" in rows["fencing"]["described"]
+    assert rows["fencing"]["here"] and rows["fencing"]["in_breaking_story"] is True
     assert not any(r["here"] for name, r in rows.items() if name != "fencing")
     back = [n for n in a["neighbours"] if n["switch"] == "fencing"]
     assert back == [{"switch": "fencing", "value": "on", "clean": True, "model_calls": 6,

@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,8 +25,8 @@ from outlive import open_backend
 from outlive.errors import OutliveError, ScenarioError
 
 from ..harness import RunSummary, run_scenario
-from ..scenario import SWITCHES, Scenario, Switches, parse_scenario
-from ..sweep import SweepResult, check_claims, sweep
+from ..scenario import SWITCHES, Scenario, Switches, parse_scenario, shipped
+from ..sweep import PROTECTIONS, SweepResult, check_claims, necessity, sweep
 from .timeline import render_timeline
 
 __all__ = ["SWITCH_INFO", "ExploreError", "Explorer", "ScenarioSource"]
@@ -51,18 +51,9 @@ SWITCH_INFO: dict[str, tuple[str, dict[str, str]]] = {
             {"operation": "by operation", "attempt": "by attempt", "none": "no key"}),
 }
 
-#: The four protections of the article's necessity claim: switch, protected value, what breaks
-#: without it (in words), the sweep claim that checks it, and where it is needed.
-_PROTECTIONS: tuple[tuple[str, str, str, str, Callable[[Switches], bool]], ...] = (
-    ("fencing", "on", "every run where the old worker was only paused", "fencing-needed",
-     lambda s: s.silent == "paused"),
-    ("pins", "on", "every run where the input changes", "pins-needed",
-     lambda s: s.change != "never"),
-    ("key", "operation", "every run where the posting worker dies", "key-needed",
-     lambda s: s.dies == "yes"),
-    ("rule", "strict", "every run where the input changes after acceptance", "strict-needed",
-     lambda s: s.change == "after"),
-)
+#: The protections in the article's words (the sweep names them; see sweep.PROTECTIONS).
+_PROTECTION_WORDS = {"fencing": "fencing", "pins": "version pins", "key": "the operation key",
+                     "strict": "the strict newsletter rule"}
 
 #: The measures compared with the main run, in the article's order.
 _MEASURES: tuple[tuple[str, str], ...] = (
@@ -112,11 +103,12 @@ class Explorer:
     @classmethod
     def create(cls, scenario_files: Sequence[str | Path] = (), backends: Sequence[str] = (),
                timeout: float = 120.0) -> Explorer:
-        """The bundled q3-report plus ``scenario_files`` (each validated now, so a bad file
-        fails at start-up, not on the page)."""
-        ref = resources.files("outlive_conformance") / "scenarios" / "q3-report.toml"
-        sources = [ScenarioSource(id="q3-report", text=ref.read_text(encoding="utf-8"),
-                                  origin="bundled")]
+        """The shipped scenarios (q3-report first) plus ``scenario_files``, each validated now,
+        so a bad file fails at start-up, not on the page."""
+        folder = resources.files("outlive_conformance") / "scenarios"
+        names = sorted(shipped(), key=lambda n: (n != "q3-report", n))
+        sources = [ScenarioSource(id=n, text=(folder / f"{n}.toml").read_text(encoding="utf-8"),
+                                  origin="shipped") for n in names]
         for path in scenario_files:
             p = Path(path)
             text = p.read_text(encoding="utf-8")
@@ -254,37 +246,41 @@ def _agreement(mem: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, An
 
 
 def _necessity(swept: SweepResult, sw: Switches) -> dict[str, Any]:
-    """The article's necessity table from the sweep, and which of its rows this run sits in."""
-    claims = {c.name: c for c in check_claims(swept)}
-    runs = [(Switches(**r.switches), r) for r in swept.runs.values()]
-    removed = [name for name, good, *_ in _PROTECTIONS if getattr(sw, name) != good]
+    """The sweep's necessity table (one protection removed at a time), and this run's row."""
+    claims = check_claims(swept)
+    judged = {c.name.removesuffix("-needed"): c for c in claims if not c.must}
+    removed = [name for name, switch, on in PROTECTIONS if getattr(sw, switch) != on]
     this = swept.by_switches(sw)
     rows = []
-    for name, good, where_text, claim, where in _PROTECTIONS:
-        subset = [(s, r) for s, r in runs
-                  if getattr(s, name) != good and s.set(**{name: good}).protected]
-        here = removed == [name]
+    for n in necessity(swept):
+        here = removed == [n.protection]
+        when = n.breaks_when
+        claim = judged.get(n.protection)
         rows.append({
-            "protection": name, "needed_for": where_text,
-            "broken": sum(1 for _, r in subset if not r.clean), "runs": len(subset),
-            "holds": claims[claim].holds, "here": here,
-            "predicted_broken": where(sw) if here else None,
+            "protection": n.protection, "words": _PROTECTION_WORDS.get(n.protection, n.protection),
+            "described": n.described, "broken": n.broken, "runs": n.runs,
+            "claim": None if claim is None else {"text": claim.text, "holds": claim.holds},
+            "here": here,
+            # does this run's story fall where the sweep found the removal breaks runs?
+            "in_breaking_story": (None if not here or when is None else
+                                  all(getattr(sw, k) in v for k, v in when.items())),
         })
-    prot = [r for s, r in runs if s.protected]
+    prot = [r for s, r in ((Switches(**r.switches), r) for r in swept.runs.values()) if s.protected]
+    verdict = "clean" if this.clean else "broken"
     if not removed:
         place = (f"all four protections are on: this run is one of the {len(prot)} protected runs, "
-                 f"and it is {'clean' if this.clean else 'broken'}")
+                 f"and it is {verdict}")
     elif len(removed) == 1:
-        place = (f"only {removed[0]} is off: this run is in that row, and it is "
-                 f"{'clean' if this.clean else 'broken'}")
+        place = (f"only {_PROTECTION_WORDS.get(removed[0], removed[0])} is off: this run is in "
+                 f"that row, and it is {verdict}")
     else:
         place = (f"{len(removed)} protections are off ({', '.join(removed)}): outside the table, "
-                 f"which removes one at a time; this run is {'clean' if this.clean else 'broken'}")
+                 f"which removes one at a time; this run is {verdict}")
     return {
         "rows": rows,
         "protected": {"runs": len(prot), "clean": sum(1 for r in prot if r.clean)},
-        "claims": [{"name": c.name, "text": c.text, "holds": c.holds, "detail": c.detail}
-                   for c in claims.values()],
+        "claims": [{"name": c.name, "text": c.text, "holds": c.holds, "detail": c.detail,
+                    "must": c.must} for c in claims],
         "place": place, "removed": removed,
         "total": len(swept.runs), "clean": sum(1 for r in swept.runs.values() if r.clean),
     }

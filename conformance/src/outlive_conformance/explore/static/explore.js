@@ -181,17 +181,18 @@ function render(answer) {
   const n = answer.necessity;
   $("#place").textContent = "This run: " + n.place + ".";
   $("#necessity tbody").replaceChildren(
-    el("tr", { class: n.removed.length === 0 ? "here" : "" },
-      el("td", {}, "none (all four on)"), el("td", {}, "nothing"),
-      el("td", {}, `${n.protected.runs - n.protected.clean}/${n.protected.runs}`),
-      el("td", {}, n.protected.clean === n.protected.runs ? "holds" : "FAILS"),
+    el("tr", { class: n.removed.length === 0 ? "here" : "", "data-protection": "none" },
+      el("td", {}, "none (all four on)"),
+      el("td", {}, `broke ${n.protected.runs - n.protected.clean}/${n.protected.runs} runs`),
+      el("td", {}, ""),
       el("td", {}, n.removed.length === 0 ? "◀ here" : "")),
     ...n.rows.map((r) => el("tr", { class: r.here ? "here" : "", "data-protection": r.protection },
-      el("td", {}, r.protection), el("td", {}, r.needed_for), el("td", {}, `${r.broken}/${r.runs}`),
-      el("td", {}, r.holds ? "holds" : "FAILS"),
-      el("td", {}, r.here ? `◀ here (${r.predicted_broken ? "predicted broken" : "predicted clean"})` : ""))));
+      el("td", {}, r.words), el("td", {}, r.described),
+      el("td", { class: r.claim ? (r.claim.holds ? "ok" : "bad") : "" },
+        r.claim ? `${r.claim.holds ? "as the scenario says" : "NOT as the scenario says"}` : "not stated"),
+      el("td", {}, r.here ? "◀ here" + (r.in_breaking_story === null ? "" : r.in_breaking_story ? " (where it breaks)" : " (where it does not break)") : ""))));
   $("#sweep-note").textContent = `${n.clean} of ${n.total} combinations are clean. ` +
-    n.claims.filter((c) => !c.name.endsWith("-needed") && c.name !== "protected-clean").map((c) => `${c.holds ? "Holds" : "FAILS"}: ${c.text} [${c.detail}].`).join(" ");
+    n.claims.filter((c) => c.must).map((c) => `${c.holds ? "Holds" : "FAILS"}: ${c.text} [${c.detail}].`).join(" ");
 
   $("#neighbours tbody").replaceChildren(...answer.neighbours.map((x) =>
     el("tr", { class: x.clean ? "" : "changed" }, el("td", {}, x.switch), el("td", {}, x.value),
