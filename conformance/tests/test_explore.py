@@ -218,3 +218,13 @@ def test_blocking_runs_do_not_block_the_page(server: ExplorerServer) -> None:
             {"Content-Type": "application/json"}) for v in ("yes", "no")))
     answers = asyncio.run(both())
     assert [a[0] for a in answers] == [200, 200]
+
+
+async def test_the_docs_picture_of_the_main_run_is_current() -> None:
+    """docs/conformance.md shows this drawing; redraw it when the harness or the drawing changes."""
+    sc = q3_report()
+    s = await run_scenario(await outlive.open_backend("memory://"), sc)
+    path = Path(__file__).resolve().parents[2] / "docs" / "images" / "q3-report-main-run.svg"
+    assert path.read_text(encoding="utf-8") == render_timeline(s, sc), (
+        "docs/images/q3-report-main-run.svg is out of date: redraw it with "
+        "`outlive run q3-report --svg docs/images/q3-report-main-run.svg`")

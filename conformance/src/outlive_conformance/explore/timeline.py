@@ -122,7 +122,7 @@ def _items(summary: RunSummary, scenario: Scenario) -> tuple[list[_Item], list[_
     first = scenario.first_version
     items.append(_Item(
         tick=0, lane="input", glyph="square", label=f"{first} is current",
-        sub=f"{short(content_hash(scenario.versions[first]))} · {scenario.figure(first)} M",
+        sub=f"{short(content_hash(scenario.versions[first]))} · {scenario.figure(first)}",
         tone="plain", tooltip=f"report {first} is the current input", mark="input"))
     applied: dict[str, int] = {}
 
@@ -152,7 +152,7 @@ def _items(summary: RunSummary, scenario: Scenario) -> tuple[list[_Item], list[_
             add(e, "cross", f"refuse {d['digest']}", f"#{d['attempt']}: {d['reason']}", "warn",
                 classes=["refusal"])
         elif e.mark == "input":
-            add(e, "square", f"{d['version']} arrives", f"{d['vhash']} · {d['figure']} M", "info")
+            add(e, "square", f"{d['version']} arrives", f"{d['vhash']} · {d['figure']}", "info")
         elif e.mark == "step":
             if d["stale"]:
                 add(e, "square", f"{d['step']} stale write", "applied: fencing off", "bad",
@@ -194,7 +194,7 @@ def _items(summary: RunSummary, scenario: Scenario) -> tuple[list[_Item], list[_
             keyed = "no key" if key is None else ("key: operation" if key == d["op_key"]
                                                   else "key: per attempt")
             if d["duplicate"]:
-                it = add(e, "circle", "resend", f"confirmed {d['effect_id']}", "ok",
+                it = add(e, "circle", "resend, same key", f"confirmed {d['effect_id']}", "ok",
                          classes=["effect", "confirmed"])
                 tgt = add(e, "check", f"seen: {d['effect_id']}", "nothing new posted", "ok",
                           lane="receiver", classes=["receiver", "duplicate"])
@@ -235,7 +235,7 @@ def _lanes(items: list[_Item], scenario: Scenario) -> list[str]:
 
 def _lane_title(lane: str) -> str:
     kind, _, name = lane.partition(":")
-    return {"input": "report", "controller": "controller", "receiver": "feed (receiver)",
+    return {"input": "input", "controller": "controller", "receiver": "feed (receiver)",
             "attempt": f"attempt #{name}", "consumer": name}[kind]
 
 
@@ -343,7 +343,8 @@ def render_timeline(summary: RunSummary, scenario: Scenario, *, backend: str = "
         out.append(f'<line class="sep" x1="{lx:.0f}" x2="{lx:.0f}" y1="{top:.0f}" y2="{body_end:.0f}"/>')
         out.append(f'<text class="lane-name" x="{lx + 8:.0f}" y="{top + 18:.0f}">'
                    f'{escape(_lane_title(lane))}</text>')
-        sub = lane_sub.get(lane, {"input": "the input", "controller": "admits, judges",
+        sub = lane_sub.get(lane, {"input": f"{scenario.consumer.quotes}'s figure",
+                                  "controller": "admits, judges",
                                   "receiver": "keeps operation keys"}.get(lane, ""))
         if lane.startswith("consumer:"):
             sub = f"ready at t{scenario.consumer.ready_at}, rule {summary.switches.get('rule')}"
