@@ -51,3 +51,8 @@ async def test_restore_accept_and_effect_carry_their_records() -> None:
     assert [(d["died"], d["duplicate"], d["confirmed"]) for d in effects] == [
         (True, False, False), (False, True, True)]
     assert effects[0]["op_key"] == effects[1]["sent_key"]
+
+
+async def test_the_attempt_that_completes_the_work_is_traced_finishing() -> None:
+    s = await _run()
+    assert [(e.tick, e.lane) for e in s.trace if e.mark == "finish"] == [(14, "attempt:3")]

@@ -490,6 +490,8 @@ class _Run:
             if self.latest_for(actor, st2) is not None and self.complete_for(actor, st2):
                 await w.finish()
                 actor.phase = "done"
+                self.log("attempt", f"#{actor.number} finishes: its digest is accepted and "
+                         "announced", lane=f"attempt:{actor.number}", mark="finish")
                 return
             if not wrote:
                 await w.heartbeat()

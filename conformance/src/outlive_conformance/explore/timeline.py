@@ -25,7 +25,7 @@ _TICK_W = 46        # the tick column
 _ROW_H = 34         # one item: a label and a sub-label
 _IDLE_H = 18        # a tick where nothing happens
 _HEAD_H = 46        # lane names
-_WIDTH = {"input": 132, "controller": 156, "attempt": 160, "receiver": 146, "consumer": 180}
+_WIDTH = {"input": 132, "controller": 176, "attempt": 160, "receiver": 146, "consumer": 180}
 _NARROW = frozenset(" .,:;·!|()[]ijlrtf1I'")
 
 _STYLE = """
@@ -213,6 +213,8 @@ def _items(summary: RunSummary, scenario: Scenario) -> tuple[list[_Item], list[_
                           classes=["receiver", "posted"] + (["duplicate-post"] if again else []))
             arrows.append(_Arrow(tick=e.tick, source=it, target_lane="receiver", target=tgt,
                                  bad=tgt.tone == "bad"))
+        elif e.mark == "finish":
+            add(e, "check", "finishes", "accepted, announced", "ok", classes=["finish"])
         elif e.mark == "consumer-wait":
             add(e, "hourglass", "ready: waits", f"{d['rule']}: none for {d['version']}", "warn")
         elif e.mark == "consumer-start":
@@ -262,6 +264,8 @@ def _lifelines(summary: RunSummary) -> dict[str, list[tuple[int, int, str]]]:
             ended[lane], end_why[lane] = e.tick, "stops"
         elif e.mark == "effect" and e.data.get("died"):
             ended[lane], end_why[lane] = e.tick, "dies"
+        elif e.mark == "finish":
+            ended[lane], end_why[lane] = e.tick, "done"
     for e in summary.trace:
         if e.mark == "refuse":
             lane = f"attempt:{e.data['attempt']}"
@@ -295,14 +299,27 @@ def render_timeline(summary: RunSummary, scenario: Scenario, *, backend: str = "
         it.slot = len(cell)
         cell.append(it)
     top = 58.0
+    # rows: one per busy tick; a stretch of three or more quiet ticks shares one row
+    rows: list[list[int]] = []
+    for t in ticks:
+        busy = any((t, lane) in per for lane in lanes)
+        if not busy and rows and len(rows[-1]) and not any(
+                (rows[-1][0], lane) in per for lane in lanes):
+            rows[-1].append(t)
+        else:
+            rows.append([t])
+    split: list[list[int]] = []
+    for row in rows:                     # short quiet stretches keep a row per tick
+        split.extend([[t] for t in row] if len(row) < 3 else [row])
     ys: dict[int, float] = {}
     heights: dict[int, float] = {}
     y = top + _HEAD_H
-    for t in ticks:
-        n = max((len(per.get((t, lane), [])) for lane in lanes), default=0)
-        heights[t] = n * _ROW_H + 6 if n else _IDLE_H
-        ys[t] = y
-        y += heights[t]
+    for row in split:
+        n = max((len(per.get((row[0], lane), [])) for lane in lanes), default=0)
+        h = n * _ROW_H + 6 if n else _IDLE_H + (6 if len(row) > 1 else 0)
+        for t in row:
+            ys[t], heights[t] = y, h
+        y += h
     body_end = y
     out: list[str] = []
     label = title or f"{scenario.work_id} on {backend}"
@@ -333,10 +350,15 @@ def render_timeline(summary: RunSummary, scenario: Scenario, *, backend: str = "
                     out.append(f'<text class="life-end" x="{lx + lw - 6:.0f}" y="{yb - 5:.0f}" '
                                f'text-anchor="end">{escape(state)}</text>')
     # grid and ticks
-    for t in ticks:
+    for row in split:
+        t = row[0]
         out.append(f'<line class="grid" x1="0" x2="{width:.0f}" y1="{ys[t]:.0f}" y2="{ys[t]:.0f}"/>')
         ty = ys[t] + min(heights[t], _ROW_H) / 2 + 4
-        out.append(f'<text class="tick" x="{_TICK_W - 10}" y="{ty:.0f}" text-anchor="end">t{t}</text>')
+        name = f"t{t}" if len(row) == 1 else f"t{t}\u2013{row[-1]}"
+        out.append(f'<text class="tick" x="{_TICK_W - 8}" y="{ty:.0f}" text-anchor="end">{name}</text>')
+        if len(row) > 1:
+            out.append(f'<text class="life-end" x="{_TICK_W + 8}" y="{ty:.0f}">'
+                       f"{len(row)} quiet ticks</text>")
     out.append(f'<line class="grid" x1="0" x2="{width:.0f}" y1="{body_end:.0f}" y2="{body_end:.0f}"/>')
     for lane in lanes:
         lx = xs[lane]
