@@ -228,3 +228,32 @@ async def test_the_docs_picture_of_the_main_run_is_current() -> None:
     assert path.read_text(encoding="utf-8") == render_timeline(s, sc), (
         "docs/images/q3-report-main-run.svg is out of date: redraw it with "
         "`outlive run q3-report --svg docs/images/q3-report-main-run.svg`")
+
+
+def test_explore_command_serves_on_loopback_and_stops_by_its_pid(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "outlive_conformance.explore", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("outlive explore: serving http://127.0.0.1:"), line
+        url = line.split()[3]
+        status, body, _ = _http(url + "api/config")
+        assert status == 200 and json.loads(body)["backends"] == ["memory://"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_explore_command_refuses_an_invalid_scenario_file_at_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("format = 1\nname = 'x'\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "outlive_conformance.explore", "--port", "0",
+                           "--scenario", str(bad)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "bad.toml" in done.stderr and "is missing" in done.stderr
