@@ -4,18 +4,36 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed-stamp
-PKGS := -e ".[dev]" -e conformance -e adapters/temporal -e adapters/restate -e adapters/langgraph \
-	-e examples/jsonfile_backend
+DIST ?= dist
+# Editable installs of every distribution with every extra the tests use; exact versions come
+# from constraints.txt (the distributions themselves declare compatible ranges).
+PKGS := -e ".[dev,otel,postgres]" -e conformance -e "adapters/temporal[devserver]" \
+	-e adapters/restate -e "adapters/langgraph[postgres]" -e examples/jsonfile_backend
+CONSTRAINTS := -c constraints.txt --build-constraint constraints.txt
 
-.PHONY: install demo test lint typecheck bench sweep crashpoints engines clean
+.PHONY: install demo test lint typecheck bench sweep crashpoints engines clean dist constraints
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml conformance/pyproject.toml $(wildcard adapters/*/pyproject.toml) examples/jsonfile_backend/pyproject.toml
+$(STAMP): pyproject.toml conformance/pyproject.toml $(wildcard adapters/*/pyproject.toml) \
+		examples/jsonfile_backend/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q uv==0.13.8
-	$(UV) pip install -q --python $(PY) $(PKGS)
+	$(UV) pip install -q --python $(PY) $(CONSTRAINTS) $(PKGS)
 	touch $@
+
+# A wheel of every distribution into $(DIST)/; then, in any venv:
+#   pip install --find-links $(DIST) "outlive[temporal]"
+dist: install
+	rm -rf $(DIST)
+	$(UV) build -q --wheel --all-packages --build-constraint constraints.txt -o $(DIST)
+	ls $(DIST)
+
+# Rewrite constraints.txt from what the venv holds (after changing a range: make constraints test).
+constraints: install
+	{ sed -n '/^#/p' constraints.txt; echo "hatchling==1.27.0"; \
+	  $(UV) pip freeze --python $(PY) --exclude-editable | grep -v '^uv=='; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 # Engine fragments (server installs, sweeps, benchmarks) live beside each adapter.
 -include adapters/temporal/engine.mk
@@ -51,4 +69,4 @@ crashpoints: engines
 	OUTLIVE_CRASHPOINTS=full $(PY) -m pytest -q -p no:cacheprovider tests/test_crashpoints.py
 
 clean:
-	rm -rf $(VENV) .engines .bench
+	rm -rf $(VENV) .engines .bench $(DIST)

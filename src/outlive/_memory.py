@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .backend import Backend
+from .backend import Backend, url_options
 from .ledger import Command, Outcome, apply, changed
 from .records import WorkState
 
@@ -16,6 +16,7 @@ class MemoryBackend(Backend):
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__(url)
+        url_options(url, ())
         self._works: dict[str, WorkState] = {}
         self._lock = asyncio.Lock()
 

@@ -5,6 +5,9 @@ Each command is ``BEGIN IMMEDIATE``; read the work's row; apply the pure ledger;
 table and a command inserts only its new entries; the rest of the state (attempts, candidates,
 acceptances, effects) is one JSON document per work. Both are cached in-process and re-read
 whenever another process moved ``seq``. A killed process loses nothing a command reported done.
+
+Options: ``?mode=ro`` opens an existing file read-only (``outlive inspect``: it never creates or
+changes the file); ``?mode=rw`` (the default) creates the file and its tables if needed.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import sqlite3
 import threading
 import time
 
-from .backend import Backend
-from .errors import BackendUnavailable, InvalidRecord
+from .backend import Backend, url_options
+from .errors import BackendUnavailable, ConfigError, InvalidRecord
 from .ledger import Command, Outcome
 from .records import WorkState
 from .sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
@@ -28,6 +31,11 @@ class SqliteBackend(Backend):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.path = sqlite_path(url)
+        mode = url_options(url, ("mode",)).get("mode", "rw")
+        if mode not in ("ro", "rw"):
+            raise ConfigError(f"{url}: mode must be ro or rw, not {mode!r}", url=url)
+        #: Opened read-only: nothing is created, every write is refused before it starts.
+        self.read_only = mode == "ro"
         self._conn: sqlite3.Connection | None = None
         self._store = SqliteLedgerStore(self.path)
         self._lock = threading.Lock()
@@ -38,6 +46,19 @@ class SqliteBackend(Backend):
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
+        if self.read_only:
+            if not os.path.isfile(self.path):
+                raise BackendUnavailable(f"{self.url}: no database file at {self.path}",
+                                         url=self.url)
+            try:
+                conn = sqlite3.connect(f"file:{os.path.abspath(self.path)}?mode=ro", uri=True,
+                                       isolation_level=None, check_same_thread=False)
+                conn.execute("SELECT 1 FROM outlive_works LIMIT 1").fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise InvalidRecord(f"{self.path}: not a usable outlive database: {exc}",
+                                    path=self.path) from exc
+            self._conn = conn
+            return
         try:
             # Setting up may wait for another process (blocking once, at start); afterwards the
             # busy timeout is 0 and `execute` waits by yielding to the event loop instead.
@@ -79,6 +100,9 @@ class SqliteBackend(Backend):
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         """Never blocks the event loop on another process's lock: it yields and retries."""
+        if self.read_only:
+            raise ConfigError(f"{self.url}: opened read-only (mode=ro); nothing was written",
+                              url=self.url)
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.0005
         while True:

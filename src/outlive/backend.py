@@ -9,26 +9,46 @@ through which an engine runs a step as its own durable step (an activity, ``ctx.
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable
+import importlib
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from .errors import ConfigError, MissingExtra, UnknownBackend
 from .ledger import Command, Outcome
 from .records import WorkState
 
-__all__ = ["Backend", "StepCall", "open_backend", "register_backend", "KNOWN_EXTRAS"]
+__all__ = ["BACKENDS", "KNOWN_EXTRAS", "Backend", "StepCall", "install_hint", "open_backend",
+           "register_backend", "schemes", "url_options"]
 
-#: Schemes served by an optional distribution, with the line that installs it.
-KNOWN_EXTRAS: dict[str, str] = {
-    "temporal": "pip install outlive-temporal",
-    "restate": "pip install outlive-restate",
-    "langgraph+sqlite": "pip install outlive-langgraph",
-    "langgraph+memory": "pip install outlive-langgraph",
-    "langgraph+postgres": "pip install outlive-langgraph",
+#: The lazy registry: scheme -> ``"module:Class"``, imported only when a URL asks for it (so the
+#: core never imports an adapter, and backend.py never imports the embedded backends it lists).
+#: A distribution not listed here registers through the ``outlive.backends`` entry-point group.
+BACKENDS: dict[str, str] = {
+    "memory": "outlive._memory:MemoryBackend",
+    "sqlite": "outlive._sqlite:SqliteBackend",
+    "temporal": "outlive_temporal.backend:TemporalBackend",
+    "restate": "outlive_restate.backend:RestateBackend",
+    "langgraph+sqlite": "outlive_langgraph.backend:LangGraphSqliteBackend",
+    "langgraph+memory": "outlive_langgraph.backend:LangGraphMemoryBackend",
+    "langgraph+postgres": "outlive_langgraph.postgres:LangGraphPostgresBackend",
 }
+
+#: Schemes served by an optional piece, with the extra that installs it.
+KNOWN_EXTRAS: dict[str, str] = {
+    "temporal": "temporal",
+    "restate": "restate",
+    "langgraph+sqlite": "langgraph",
+    "langgraph+memory": "langgraph",
+    "langgraph+postgres": "langgraph-postgres",
+}
+
+
+def install_hint(extra: str) -> str:
+    """The copy-pasteable line that installs an extra (quoted for every shell)."""
+    return f"pip install 'outlive[{extra}]'"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,33 +143,66 @@ def register_backend(scheme: str, factory: Callable[[str], Backend]) -> None:
     _REGISTRY[scheme] = factory
 
 
+def schemes() -> list[str]:
+    """Every scheme this installation knows, installed or not."""
+    eps = {ep.name for ep in metadata.entry_points(group="outlive.backends")}
+    return sorted({*BACKENDS, *eps, *_REGISTRY})
+
+
+def _missing(scheme: str, exc: ImportError | None = None) -> MissingExtra:
+    extra = KNOWN_EXTRAS[scheme]
+    line = install_hint(extra)
+    why = f" ({exc})" if exc is not None and exc.name and not exc.name.startswith("outlive") else ""
+    return MissingExtra(f"the {scheme}:// backend is not installed{why}; install it with: {line}",
+                        install=line, scheme=scheme)
+
+
 def _factory(scheme: str) -> Callable[[str], Backend]:
     if scheme in _REGISTRY:
         return _REGISTRY[scheme]
-    if scheme == "memory":
-        from ._memory import MemoryBackend
+    target = BACKENDS.get(scheme)
+    if target is None:
+        for ep in metadata.entry_points(group="outlive.backends"):
+            if ep.name == scheme:
+                target = ep.value
+                break
+    if target is None:
+        if scheme in KNOWN_EXTRAS:
+            raise _missing(scheme)
+        raise UnknownBackend(
+            f"no backend for scheme {scheme!r}; known schemes: {', '.join(schemes())}",
+            scheme=scheme)
+    module, _, name = target.partition(":")
+    try:
+        loaded = getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        if scheme in KNOWN_EXTRAS:
+            raise _missing(scheme, exc) from exc
+        raise
+    return loaded  # type: ignore[no-any-return]
 
-        return MemoryBackend
-    if scheme == "sqlite":
-        from ._sqlite import SqliteBackend
 
-        return SqliteBackend
-    for ep in metadata.entry_points(group="outlive.backends"):
-        if ep.name == scheme:
-            loaded = ep.load()
-            return loaded  # type: ignore[no-any-return]
-    if scheme in KNOWN_EXTRAS:
-        raise MissingExtra(
-            f"the {scheme}:// backend is not installed; install it with: {KNOWN_EXTRAS[scheme]}",
-            install=KNOWN_EXTRAS[scheme], scheme=scheme,
-        )
-    known = sorted({"memory", "sqlite", *KNOWN_EXTRAS, *_REGISTRY})
-    raise UnknownBackend(f"no backend for scheme {scheme!r}; known schemes: {', '.join(known)}",
-                         scheme=scheme)
+def url_options(url: str, allowed: Iterable[str]) -> dict[str, str]:
+    """The ``?name=value`` options of ``url``; any name outside ``allowed`` is a ConfigError.
+
+    Every backend reads its options through this, so a misspelt option fails loudly instead of
+    being ignored.
+    """
+    known = set(allowed)
+    pairs = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+    options: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in known:
+            hint = f"allowed: {', '.join(sorted(known))}" if known else "it takes no options"
+            raise ConfigError(f"{url}: unknown option {name!r} ({hint})", url=url, option=name)
+        if name in options:
+            raise ConfigError(f"{url}: option {name!r} given twice", url=url, option=name)
+        options[name] = value
+    return options
 
 
 async def open_backend(url: str) -> Backend:
-    """Resolve ``url`` to a backend through the ``outlive.backends`` entry points and start it.
+    """Resolve ``url`` to a backend through the lazy registry and start it.
 
     ``sqlite:///outlive.db`` (the default), ``memory://``, ``temporal://127.0.0.1:7233``,
     ``restate://127.0.0.1:8080?admin=9070``, ``langgraph+sqlite:///lg.db``.

@@ -1,262 +1,445 @@
-"""``outlive``: demo, run, sweep and inspect.
+"""``outlive``: the command line.
 
-The conformance distribution supplies the scenario and harness; the CLI only wires them to a
-backend URL and prints.
+The core's own commands (``demo``, ``inspect``, ``list``, ``backends``) need nothing but the core.
+Other distributions add commands through the ``outlive.commands`` entry-point group (the
+conformance suite adds ``run`` and ``sweep``), loaded only when named; a command whose
+distribution is missing answers with the install line.
+
+Conventions every command keeps (plug-ins too, through the helpers here): ``--backend URL``;
+``--json`` writes JSON to stdout and nothing else goes there; ``--out FILE`` writes the same JSON
+to a file; exit status 0 when the run's verdict is clean, 1 when it is broken, 2 for a usage or
+configuration error, 130 after Ctrl-C (partial results kept), 141 when stdout was closed early.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import sys
 import tempfile
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from importlib import metadata
+from typing import Any, TypeVar
 
-from . import codec
-from .backend import open_backend
-from .errors import OutliveError
-from .hashing import short
-from .records import WorkState
+import click
 
-__all__ = ["main"]
+from . import __version__
+from ._show import plain, state_lines, work_row
+from .backend import BACKENDS, KNOWN_EXTRAS, install_hint, open_backend, schemes
+from .errors import ConfigError, NotFound, OutliveError
+from .sqlstore import sqlite_path
 
+__all__ = [
+    "BACKEND_HELP",
+    "COMMAND_EXTRAS",
+    "EXIT_BROKEN",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "backend_option",
+    "echo",
+    "emit_json",
+    "json_option",
+    "main",
+    "out_option",
+    "progress",
+    "run_async",
+]
 
-def _conformance() -> Any:
-    try:
-        import outlive_conformance.harness as harness
-        import outlive_conformance.scenario as scenario
-        import outlive_conformance.sweep as sweep
-    except ImportError as exc:  # pragma: no cover - packaging error
-        raise OutliveError("the CLI needs outlive-conformance: pip install outlive-conformance") \
-            from exc
-    return harness, scenario, sweep
+EXIT_OK, EXIT_BROKEN, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 
+#: Commands other distributions provide, with the extra that installs them.
+COMMAND_EXTRAS: dict[str, str] = {"run": "conformance", "sweep": "conformance"}
 
-def _load(name: str) -> Any:
-    _h, sc, _s = _conformance()
-    return sc.find_scenario(name)
+BACKEND_HELP = ("Backend URL: sqlite:///FILE (relative) or sqlite:////ABS/FILE, memory://, "
+                "temporal://HOST:PORT[/NAMESPACE], restate://HOST:PORT?admin=PORT, "
+                "langgraph+sqlite:///FILE, langgraph+memory://, langgraph+postgres://USER@HOST:PORT/DB. "
+                "Unknown ?options are refused.")
 
+ENGINES = ("sqlite", "temporal", "restate", "langgraph")
 
-def _switches(scenario: Any, sets: list[str]) -> Any:
-    changes: dict[str, str] = {}
-    for item in sets:
-        if "=" not in item:
-            raise OutliveError(f"--set needs SWITCH=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        changes[k.strip()] = v.strip()
-    _h, sc, _s = _conformance()
-    unknown = set(changes) - set(sc.SWITCHES)
-    if unknown:
-        raise OutliveError(f"unknown switch {sorted(unknown)}; switches: {', '.join(sc.SWITCHES)}")
-    return scenario.defaults.set(**changes)
-
-
-def _print_summary(s: Any) -> None:
-    print()
-    print("outcome")
-    unit = f" {s.figure_unit}" if s.figure_unit else ""
-    print(f"  model calls            {s.model_calls}")
-    print(f"  posts                  {s.posts}")
-    print(f"  stale writes applied   {s.stale_writes_applied}")
-    for a in s.accepted:
-        ver = a.recorded_version or "no version recorded"
-        print(f"  accepted               {a.digest} at t{a.tick} ({ver}, quoting {a.figure}{unit})")
-    start = f"t{s.newsletter_start}" if s.newsletter_start is not None else "never"
-    print(f"  {s.consumer_name or 'consumer':<22} starts {start}, quotes {s.newsletter_figure}{unit} "
-          f"(required: {s.required_figure})")
-    print("  invariants             " + ", ".join(
-        f"{k} {'ok' if ok else 'BROKEN'}" for k, ok in s.invariants.items()))
-    print(f"  verdict                {'clean' if s.clean else 'broken: ' + ', '.join(s.broken)}")
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("outlive.cli")
 
 
-def _print_trace(s: Any) -> None:
-    for e in s.trace:
-        print(f"  t{e.tick:<3} {e.kind:<10} {e.text}")
+# -- shared options and helpers (plug-in commands use these too) ----------------------------------
+def backend_option(default: str = "memory://") -> Callable[[F], F]:
+    return click.option("--backend", "backend", default=default, show_default=True,
+                        metavar="URL", help=BACKEND_HELP)
 
 
-def _print_state(st: WorkState) -> None:
-    print(f"work {st.work_id}: epoch {st.epoch}, current input {st.current_version}, "
-          f"policy fencing={'on' if st.policy.fencing else 'off'} "
-          f"pins={'on' if st.policy.pins else 'off'}")
-    print("  inputs")
-    for v in st.inputs:
-        print(f"    {v.version}  parts {', '.join(f'{k}={short(h)}' for k, h in v.parts.items())}")
-    print("  attempts (checked by the controller)")
-    for a in st.attempts:
-        print(f"    #{a.number}  token {a.token}  pinned {a.pinned_version}  {a.state.value}  "
-              f"admitted t{a.admitted_at}  last sign of life t{a.last_heartbeat}")
-    print("  journal (checked by the successor: restore only on a matching input key)")
-    for e in st.journal:
-        stale = "  STALE" if e.stale else ""
-        print(f"    {e.step:<4} key {short(e.input_key)}  result {short(e.result_id)}  "
-              f"by #{e.attempt}{stale}")
-    print("  candidates")
-    for c in st.candidates:
-        print(f"    {short(c.digest)}  for {c.version}  by #{c.attempt}  t{c.at}"
-              + ("  STALE" if c.stale else ""))
-    print("  acceptances (append-only; later ones supersede)")
-    for acc in st.acceptances:
-        print(f"    {short(acc.digest)}  for {acc.version}  under {acc.contract.name}@"
-              f"{acc.contract.version} ({acc.contract.assessor})  t{acc.at}")
-    print("  effects (checked by the receiver, keyed by operation)")
-    for ef in st.effects:
-        r = ef.receipt
-        got = f"{r.effect_id}{' (already seen)' if r.duplicate else ''}" if r else "-"
-        print(f"    {ef.op_key}  {ef.state.value}  receipt {got}  sends {ef.sends}")
+def json_option(what: str = "the result") -> Callable[[F], F]:
+    return click.option("--json", "as_json", is_flag=True,
+                        help=f"Write {what} as JSON to stdout (and nothing else there).")
 
 
-async def _demo(args: argparse.Namespace) -> int:
-    harness, _sc, _s = _conformance()
-    scenario = _load("q3-report")
-    path = args.db or os.path.join(tempfile.mkdtemp(prefix="outlive-demo-"), "outlive.db")
-    url = f"sqlite:///{os.path.abspath(path)}"
-    backend = await open_backend(url)
-    try:
-        if await backend.load(scenario.work_id) is not None:
-            raise OutliveError(f"{path} already holds {scenario.work_id}; pass another --db")
-        print(f"outlive demo: the article's main run of {scenario.work_id} on {url}")
-        print("(the silent worker was paused; fencing, version pins, per-step saving, the "
-              "operation key and the strict newsletter rule are on)\n")
-        s = await harness.run_scenario(backend, scenario, scenario.defaults)
-        _print_trace(s)
-        print()
-        st = await backend.load(scenario.work_id)
-        assert st is not None
-        _print_state(st)
-        _print_summary(s)
-        print(f"\ninspect it again: outlive inspect {scenario.work_id} --backend {url}")
-        return 0 if s.clean else 1
-    finally:
-        await backend.close()
+def out_option(what: str = "the result") -> Callable[[F], F]:
+    return click.option("--out", "out", type=click.Path(dir_okay=False, writable=True),
+                        metavar="FILE", help=f"Also write {what} as JSON to FILE.")
 
 
-async def _run(args: argparse.Namespace) -> int:
-    harness, _sc, _s = _conformance()
-    scenario = _load(args.scenario)
-    sw = _switches(scenario, args.set or [])
-    backend = await open_backend(args.backend)
-    try:
-        work_id = args.work_id or f"run/{os.getpid()}-{id(sw):x}/{scenario.work_id}"
-        s = await harness.run_scenario(backend, scenario, sw, work_id=work_id)
-    finally:
-        await backend.close()
-    if args.json:
-        print(json.dumps(s.comparable(), indent=2, default=str))
+def emit_json(data: Any, *, as_json: bool, out: str | None) -> None:
+    """The one way a command hands out JSON: ``--json`` to stdout, ``--out FILE`` to a file."""
+    text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    if out:
+        tmp = f"{out}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, out)
+    if as_json:
+        click.echo(text)
+
+
+def echo(line: str = "", *, quiet: bool = False) -> None:
+    """Human output: stdout normally, stderr when stdout carries JSON."""
+    if not quiet:
+        click.echo(line)
+
+
+def run_async(coro: Coroutine[Any, Any, int]) -> int:
+    """Run a command's coroutine; Ctrl-C cancels it (its ``finally`` blocks save what they can)."""
+    return asyncio.run(coro)
+
+
+@contextlib.contextmanager
+def progress(total: int, *, label: str, quiet: bool = False) -> Iterator[Callable[[int], None]]:
+    """A progress bar with an ETA on stderr; yields ``advance(n)``. Silent when ``quiet``."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                   console=Console(stderr=True), disable=quiet, transient=False)
+    task = bar.add_task(label, total=total)
+
+    def advance(n: int = 1) -> None:
+        bar.advance(task, n)
+
+    with bar:
+        yield advance
+
+
+# -- the command group: core commands plus lazily loaded plug-ins ---------------------------------
+class _Commands(click.Group):
+    """Core commands, then the ``outlive.commands`` entry points, then install hints."""
+
+    def _plugins(self) -> dict[str, metadata.EntryPoint]:
+        return {ep.name: ep for ep in metadata.entry_points(group="outlive.commands")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugins(), *COMMAND_EXTRAS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, name)
+        if cmd is not None:
+            return cmd
+        ep = self._plugins().get(name)
+        if ep is not None:
+            try:
+                loaded = ep.load()
+            except Exception as exc:  # one broken plug-in must not break the CLI
+                return _failing(name, f"`outlive {name}` ({ep.value}) failed to load: {exc}")
+            if not isinstance(loaded, click.Command):
+                return _failing(name, f"`outlive {name}`: {ep.value} is not a click command")
+            return loaded
+        if name in COMMAND_EXTRAS:
+            hint = install_hint(COMMAND_EXTRAS[name])
+            return _failing(name, f"`outlive {name}` is not installed; install it with: {hint}")
+        return None
+
+
+def _failing(name: str, message: str) -> click.Command:
+    """A stand-in for a command that cannot run here: it says why and exits 2."""
+
+    @click.command(name, help=f"(unavailable: {message})", add_help_option=False,
+                   context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def unavailable(args: tuple[str, ...]) -> int:
+        click.echo(f"outlive: {message}", err=True)
+        return EXIT_ERROR
+
+    return unavailable
+
+
+def _setup_logging(verbose: int) -> None:
+    if verbose <= 0:
+        return
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=_stderr_console(), show_path=False, markup=False)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("outlive")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="outlive",
+                      message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", count=True,
+              help="Log every record write and rejection to stderr (-v: info, -vv: debug).")
+def cli(verbose: int) -> None:
+    """Work that outlives its worker: five durable records on SQLite, Temporal, Restate or
+    LangGraph. `outlive demo` tells the article's main run record by record."""
+    _setup_logging(verbose)
+
+
+# -- demo -----------------------------------------------------------------------------------------
+def _demo_text(result: Any, state: Any) -> None:
+    click.echo()
+    state_lines(state, click.echo)
+    click.echo()
+    click.echo("outcome")
+    click.echo(f"  model calls            {result.model_calls}")
+    click.echo(f"  posts                  {result.posts}")
+    click.echo(f"  stale writes applied   {result.stale_writes_applied}")
+    click.echo(f"  accepted               {result.accepted_digest} at t{result.accepted_at} "
+               f"(for {result.accepted_version})")
+    start = f"t{result.newsletter_start}" if result.newsletter_start is not None else "never"
+    click.echo(f"  newsletter             starts {start}, quotes {result.newsletter_figure} million")
+    click.echo("  the article's figures  " + ", ".join(
+        f"{k} {'ok' if ok else 'BROKEN'}" for k, ok in result.checks.items()))
+    broken = [k for k, ok in result.checks.items() if not ok]
+    click.echo(f"  verdict                {'clean' if not broken else 'broken: ' + ', '.join(broken)}")
+
+
+@contextlib.contextmanager
+def _engine_url(engine: str, db: str | None, folder: str) -> Iterator[str]:
+    """The backend URL for ``engine``, starting (and finally stopping) its server if it has one."""
+    from ._launch import start_engine
+
+    if engine == "sqlite":
+        yield f"sqlite:///{os.path.abspath(db or os.path.join(folder, 'outlive.db'))}"
+    elif engine == "langgraph":
+        yield f"langgraph+sqlite:///{os.path.abspath(db or os.path.join(folder, 'langgraph.db'))}"
     else:
-        print(f"{scenario.name} on {args.backend}: {sw.label}\n")
-        _print_trace(s)
-        _print_summary(s)
-    return 0
+        with start_engine(engine, os.path.join(folder, engine)) as server:
+            yield server.url
 
 
-async def _sweep(args: argparse.Namespace) -> int:
-    _h, _sc, sweep_mod = _conformance()
-    scenario = _load(args.scenario)
-    backend = await open_backend(args.backend)
+@cli.command()
+@click.option("--engine", type=click.Choice(ENGINES), default="sqlite", show_default=True,
+              help="Where to run: sqlite (embedded, nothing to start), or temporal / restate "
+                   "(a server started on free loopback ports in a temp dir, stopped on exit) / "
+                   "langgraph (a SQLite checkpointer).")
+@click.option("--db", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The SQLite file for --engine sqlite or langgraph (default: in a fresh temp "
+                   "dir). It must not already hold the demo's work.")
+@json_option("the outcome and trace")
+@out_option("the outcome and trace")
+def demo(engine: str, db: str | None, as_json: bool, out: str | None) -> int:
+    """The article's main run of digest/q3-report, record by record: a worker pauses, the
+    report is corrected, a successor restores what still matches, the paused worker is refused,
+    the digest is accepted for v2, the announcement is posted once, the newsletter quotes 4.7 M.
+    Exit status 1 if the outcome is not the article's."""
+    if db is not None and engine not in ("sqlite", "langgraph"):
+        raise click.UsageError("--db applies to --engine sqlite or langgraph only")
+    quiet = as_json
 
-    def bar(done: int, total: int) -> None:
-        if args.quiet:
-            return
-        width = 40
-        filled = width * done // total
-        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+    async def go(url: str) -> int:
+        from ._demo import main_run
 
-    try:
-        ns = args.namespace or f"sweep-{os.getpid()}"
-        result = await sweep_mod.sweep(backend, scenario, concurrency=args.concurrency,
-                                       namespace=ns, progress=bar)
-    finally:
-        await backend.close()
-    print(f"{len(result.runs)} runs on {args.backend} in {result.seconds:.1f} s")
-    ok = True
-    if args.backend != "memory://" and not args.no_compare:
-        ref_backend = await open_backend("memory://")
-        ref = await sweep_mod.sweep(ref_backend, scenario, concurrency=8, namespace=ns)
-        mismatched = [k for k, r in result.runs.items()
-                      if r.comparable() != ref.runs[k].comparable()]
-        print(f"agreement with memory://: {len(result.runs) - len(mismatched)}/"
-              f"{len(result.runs)} runs identical")
-        for k in mismatched[:5]:
-            print(f"  differs: {k}")
-        ok = ok and not mismatched
-    clean = sum(1 for r in result.runs.values() if r.clean)
-    print(f"clean runs: {clean}/{len(result.runs)}\n")
-    print("necessity (the article's claims, checked run by run):")
-    for c in sweep_mod.check_claims(result):
-        print(f"  {'holds' if c.holds else 'FAILS'}  {c.text}  [{c.detail}]")
-        ok = ok and c.holds
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({k: r.comparable() for k, r in result.runs.items()}, fh, default=str)
-    return 0 if ok else 1
+        backend = await open_backend(url)
+        try:
+            echo(f"outlive demo: the article's main run of digest/q3-report on {url}", quiet=quiet)
+            echo("(the silent worker is paused; fencing, version pins, per-step saving, the "
+                 "operation key and the strict newsletter rule are on)\n", quiet=quiet)
+            result = await main_run(backend, on_line=lambda t: echo(
+                f"  t{t.tick:<3} {t.kind:<10} {t.text}", quiet=quiet))
+            state = await backend.load("digest/q3-report")
+        finally:
+            await backend.close()
+        if not quiet:
+            _demo_text(result, state)
+            if engine in ("sqlite", "langgraph"):
+                echo(f"\ninspect it again: outlive inspect digest/q3-report --backend {url}")
+        emit_json({**result.as_dict(), "state": plain(state)}, as_json=as_json, out=out)
+        return EXIT_OK if result.clean else EXIT_BROKEN
+
+    folder = tempfile.mkdtemp(prefix="outlive-demo-")
+    with _engine_url(engine, db, folder) as url:
+        return run_async(go(url))
 
 
-async def _inspect(args: argparse.Namespace) -> int:
-    backend = await open_backend(args.backend)
-    try:
-        st = await backend.load(args.work_id)
-    finally:
-        await backend.close()
-    if st is None:
-        raise OutliveError(f"no work {args.work_id!r} on {args.backend}")
-    if args.json:
-        print(json.dumps(codec.encode(st), indent=2))
+# -- inspect, list, backends ----------------------------------------------------------------------
+def _read_only(url: str) -> str:
+    """Open SQLite files read-only; refuse to create one that is not there."""
+    scheme = url.split("://", 1)[0].lower()
+    if scheme.endswith("sqlite"):
+        path = sqlite_path(url)
+        if not os.path.isfile(path):
+            raise ConfigError(f"no database file at {path} (nothing was created)", url=url)
+        if scheme == "sqlite":
+            return url + ("&" if "?" in url else "?") + "mode=ro"
+    return url
+
+
+@cli.command()
+@click.argument("work_id")
+@backend_option("sqlite:///outlive.db")
+@json_option("the work's records")
+@out_option("the work's records")
+def inspect(work_id: str, backend: str, as_json: bool, out: str | None) -> int:
+    """Show one work's records (attempts, journal, candidates, acceptances, effects), each under
+    the party that checks it. Read-only: never creates or changes anything."""
+
+    async def go() -> int:
+        b = await open_backend(_read_only(backend))
+        try:
+            st = await b.load(work_id)
+        finally:
+            await b.close()
+        if st is None:
+            raise NotFound(f"no work {work_id!r} on {backend}", work_id=work_id)
+        if not as_json:
+            state_lines(st, click.echo)
+        emit_json(plain(st), as_json=as_json, out=out)
+        return EXIT_OK
+
+    return run_async(go())
+
+
+@cli.command("list")
+@backend_option("sqlite:///outlive.db")
+@json_option("one row per work")
+@out_option("one row per work")
+def list_works(backend: str, as_json: bool, out: str | None) -> int:
+    """The works a backend holds: epoch, current input, the live attempt, the latest acceptance.
+    Read-only."""
+
+    async def go() -> int:
+        b = await open_backend(_read_only(backend))
+        try:
+            rows = []
+            for work_id in await b.works():
+                st = await b.load(work_id)
+                if st is not None:
+                    rows.append(work_row(st))
+        finally:
+            await b.close()
+        if not as_json:
+            if not rows:
+                click.echo(f"no works on {backend}")
+            for r in rows:
+                cur = r["current_attempt"] or {}
+                acc = r["accepted"]
+                click.echo(f"{r['work_id']}  epoch {r['epoch']}  input {r['current_version']}  "
+                           f"attempt #{cur.get('number', '-')} {cur.get('state', '')}  "
+                           + (f"accepted {acc['digest']} for {acc['version']} at {acc['at']}"
+                              if acc else "nothing accepted"))
+        emit_json(rows, as_json=as_json, out=out)
+        return EXIT_OK
+
+    return run_async(go())
+
+
+@cli.command()
+@json_option("the table")
+def backends(as_json: bool) -> int:
+    """Every backend scheme: installed or not, and the line that installs it."""
+    import importlib.util
+
+    rows: list[dict[str, Any]] = []
+    for scheme in schemes():
+        target = BACKENDS.get(scheme, "")
+        module = target.split(":", 1)[0]
+        installed = not module or importlib.util.find_spec(module.split(".")[0]) is not None
+        extra = KNOWN_EXTRAS.get(scheme)
+        rows.append({"scheme": scheme, "installed": installed,
+                     "install": None if installed or extra is None else install_hint(extra)})
+    if as_json:
+        emit_json(rows, as_json=True, out=None)
     else:
-        _print_state(st)
-    return 0
+        for r in rows:
+            click.echo(f"{r['scheme'] + '://':<22} "
+                       + ("installed" if r["installed"] else f"not installed: {r['install']}"))
+    return EXIT_OK
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="outlive", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="the article's main run on SQLite, record by record")
-    d.add_argument("--db", help="SQLite file to use (default: a fresh temporary file)")
-    r = sub.add_parser("run", help="run a scenario once under chosen switches")
-    r.add_argument("scenario", help="q3-report or a scenario file path")
-    r.add_argument("--backend", default="memory://")
-    r.add_argument("--set", action="append", metavar="SWITCH=VALUE")
-    r.add_argument("--work-id")
-    r.add_argument("--json", action="store_true")
-    s = sub.add_parser("sweep", help="all 864 combinations and the necessity table")
-    s.add_argument("--backend", default="memory://")
-    s.add_argument("--scenario", default="q3-report")
-    s.add_argument("--concurrency", type=int, default=8)
-    s.add_argument("--namespace")
-    s.add_argument("--no-compare", action="store_true", help="skip the memory:// comparison")
-    s.add_argument("--json", metavar="FILE", help="write every run's summary to FILE")
-    s.add_argument("--quiet", action="store_true")
-    i = sub.add_parser("inspect", help="attempts, journal, acceptances and effects of a work")
-    i.add_argument("work_id")
-    i.add_argument("--backend", default="sqlite:///outlive.db")
-    i.add_argument("--json", action="store_true")
-    from ._process import add_worker_arguments
-    from ._supervise import add_supervise_arguments
+# -- supervision: commands that run their own loop and signal handling --------------------------
+def _argparse_command(name: str, help_text: str, module: str, add: str, run: str) -> click.Command:
+    """A command whose options live in an argparse parser of its own module (``outlive worker``,
+    ``outlive supervise``): click hands it the raw arguments, ``--help`` included."""
 
-    add_supervise_arguments(sub.add_parser(
-        "supervise", help="run a work definition to its end, taking over silent attempts"))
-    add_worker_arguments(sub.add_parser(
-        "worker", help="run one admitted attempt (the supervisor's process dispatcher starts these)"))
-    return p
+    @click.command(name, help=help_text + f" (options: outlive {name} --help)",
+                   add_help_option=False,
+                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> int:
+        import argparse
+        import importlib
+
+        mod = importlib.import_module(module, __package__)
+        parser = argparse.ArgumentParser(prog=f"outlive {name}", description=help_text)
+        getattr(mod, add)(parser)
+        code: int = getattr(mod, run)(parser.parse_args(list(args)))
+        return code
+
+    return command
+
+
+cli.add_command(_argparse_command(
+    "supervise", "Run a work definition to its end, taking over silent attempts.",
+    "._supervise", "add_supervise_arguments", "run_supervise_command"))
+cli.add_command(_argparse_command(
+    "worker", "Run one admitted attempt (the supervisor's process dispatcher starts these).",
+    "._process", "add_worker_arguments", "run_worker_command"))
+
+
+# -- entry point ----------------------------------------------------------------------------------
+def _quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the interpreter's final flush is silent."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.cmd in ("worker", "supervise"):   # they run their own loop and signal handling
-        from ._process import run_worker_command
-        from ._supervise import run_supervise_command
-
-        return (run_worker_command if args.cmd == "worker" else run_supervise_command)(args)
-    handler = {"demo": _demo, "run": _run, "sweep": _sweep, "inspect": _inspect}[args.cmd]
+    """Run the CLI; returns the exit status (see the module docstring)."""
     try:
-        return asyncio.run(handler(args))
+        rc = cli.main(args=argv, prog_name="outlive", standalone_mode=False)
+    except SystemExit as exc:
+        # click turns a closed stdout (EPIPE) into exit 0 after wrapping the streams.
+        if type(sys.stdout).__name__ == "_PacifyFlushWrapper":
+            _quiet_stdout()
+            return EXIT_PIPE
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_ERROR
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_ERROR if isinstance(exc, click.UsageError) else exc.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("outlive: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
     except OutliveError as exc:
-        print(f"outlive: {type(exc).__name__}: {exc.message}", file=sys.stderr)
-        return 2
+        click.echo(f"outlive: {type(exc).__name__}: {exc.message}", err=True)
+        return EXIT_ERROR
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
+    return int(rc or 0)
 
 
 if __name__ == "__main__":

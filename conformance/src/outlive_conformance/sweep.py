@@ -28,8 +28,13 @@ class SweepResult:
 
 async def sweep(backend: Backend, scenario: Scenario, *, concurrency: int = 1,
                 namespace: str = "sweep", progress: Callable[[int, int], None] | None = None,
-                trace: bool = False) -> SweepResult:
-    """Run every combination on ``backend``, each under its own work id, ``concurrency`` at once."""
+                trace: bool = False,
+                on_run: Callable[[str, RunSummary], None] | None = None) -> SweepResult:
+    """Run every combination on ``backend``, each under its own work id, ``concurrency`` at once.
+
+    ``on_run(label, summary)`` sees each run as it ends, so a caller keeps partial results when
+    the sweep is interrupted.
+    """
     combos = list(all_switches())
     sem = asyncio.Semaphore(max(1, concurrency))
     runs: dict[str, RunSummary] = {}
@@ -42,6 +47,8 @@ async def sweep(backend: Backend, scenario: Scenario, *, concurrency: int = 1,
             runs[sw.label] = await run_scenario(
                 backend, scenario, sw, work_id=f"{namespace}/{i:03d}/{scenario.work_id}",
                 trace=trace)
+            if on_run is not None:
+                on_run(sw.label, runs[sw.label])
             done += 1
             if progress is not None:
                 progress(done, len(combos))

@@ -1,0 +1,231 @@
+"""One shape for the servers outlive starts itself (Temporal dev server, Restate, PostgreSQL).
+
+Tests, benchmarks, sweeps and ``outlive demo --engine`` need a real engine that belongs to them:
+on free loopback ports, in a directory of its own, stopped by its own PID (never by name), with
+its log kept for the error message when it does not come up. Every launcher is a
+:class:`Launcher` and every launcher's ``python -m`` entry is :func:`launcher_main`, so all of them
+answer ``--help`` the same way and run ``-- CMD ... {url} ...`` the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from .errors import BackendUnavailable
+
+__all__ = ["LAUNCHERS", "LaunchError", "Launcher", "free_port", "launcher_main", "port_open",
+           "start_engine", "stop_process", "wait_until"]
+
+#: engine -> (``"module:Launcher"``, the extra that installs it); imported only when asked for.
+LAUNCHERS: dict[str, tuple[str, str]] = {
+    "temporal": ("outlive_temporal.devserver:DevServer", "temporal-devserver"),
+    "restate": ("outlive_restate.server:RestateServer", "restate"),
+}
+
+
+class LaunchError(BackendUnavailable):
+    """A launcher could not find its binary or its server did not come up; the message says why."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A currently free TCP port on ``host`` (loopback by default)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(probe: Callable[[], bool], *, what: str, timeout: float,
+               proc: subprocess.Popen[bytes] | None = None,
+               log: Callable[[], str] = lambda: "", interval: float = 0.05) -> None:
+    """Poll ``probe`` until it returns True; LaunchError if ``proc`` exits or time runs out.
+
+    A probe may raise OSError (or anything the caller's client raises for "not yet"): it counts
+    as not ready, and the last such error is in the message.
+    """
+    deadline = time.monotonic() + timeout
+    last: object = "no answer yet"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise LaunchError(f"{what}: the process exited with {proc.returncode} before it was "
+                              f"ready\n{log()}")
+        try:
+            if probe():
+                return
+        except Exception as exc:
+            last = exc
+        time.sleep(interval)
+    raise LaunchError(f"{what} not ready after {timeout:.0f} s ({last})\n{log()}")
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, *, sig: int = signal.SIGTERM,
+                 timeout: float = 10.0) -> None:
+    """Signal ``proc`` by its own PID and wait; SIGKILL if it outlives ``timeout``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+class Launcher(abc.ABC):
+    """A server this process owns: ``with Launcher() as server: use(server.url)``.
+
+    ``base_dir`` keeps the server's data and logs; without one the launcher makes a temp dir and
+    removes it on :meth:`cleanup` (a restart with the same ``base_dir`` keeps the data).
+    """
+
+    #: Shown by ``--help`` and in error messages.
+    name: str = "server"
+
+    def __init__(self, base_dir: str | os.PathLike[str] | None = None, *,
+                 ready_timeout: float = 60.0) -> None:
+        self.own_dir = base_dir is None
+        self.base_dir = Path(base_dir) if base_dir is not None else Path(
+            tempfile.mkdtemp(prefix=f"outlive-{self.name}-"))
+        self.ready_timeout = ready_timeout
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """The outlive backend URL that reaches this server."""
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Start the server and return once it answers a real request."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop the server by its own PID; keep ``base_dir``."""
+
+    def spawn(self, cmd: Sequence[str], *, log_name: str = "server.log",
+              env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
+        """Start one process of this server, its output appended to ``base_dir/log_name``."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.base_dir / log_name, "ab") as log:
+            return subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, **popen)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of every log in ``base_dir`` (for error messages)."""
+        out = []
+        for path in sorted(self.base_dir.glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def cleanup(self) -> None:
+        """Stop, and remove ``base_dir`` if this launcher made it."""
+        self.stop()
+        if self.own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cleanup()
+
+
+def start_engine(engine: str, base_dir: str | os.PathLike[str] | None = None) -> Launcher:
+    """The launcher of ``engine`` (not started: use it as a context manager)."""
+    import importlib
+
+    from .backend import install_hint
+    from .errors import ConfigError, MissingExtra
+
+    if engine not in LAUNCHERS:
+        raise ConfigError(f"no launcher for {engine!r}; launchers: {', '.join(sorted(LAUNCHERS))}")
+    target, extra = LAUNCHERS[engine]
+    module, _, name = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        hint = install_hint(extra)
+        raise MissingExtra(f"starting a {engine} server needs {exc.name or module}; install it "
+                           f"with: {hint}", install=hint) from exc
+    server: Launcher = factory(base_dir=base_dir)
+    return server
+
+
+def launcher_main(factory: Callable[..., Launcher], *, prog: str, description: str,
+                  options: Sequence[Any] = (), argv: Sequence[str] | None = None) -> int:
+    """The command line of every launcher: ``python -m MODULE [OPTIONS] [-- CMD ... {url} ...]``.
+
+    Without a command, print the URL and serve until Ctrl-C or SIGTERM. With one, run it with
+    ``{url}`` replaced by the server's URL, then stop the server and exit with its status.
+    ``options`` are extra ``click.Option`` objects; their values are passed to ``factory``.
+    """
+    import click
+
+    def run(base_dir: str | None, ready_timeout: float, command: tuple[str, ...],
+            **extra: Any) -> int:
+        server = factory(base_dir=base_dir, ready_timeout=ready_timeout, **extra)
+        t0 = time.monotonic()
+        with server:
+            click.echo(f"{server.name} ready at {server.url} in {time.monotonic() - t0:.2f} s "
+                       f"(data in {server.base_dir})", err=True)
+            if command:
+                return subprocess.call([part.replace("{url}", server.url) for part in command])
+            click.echo(server.url)
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                return 0
+
+    params = [
+        click.Option(["--dir", "base_dir"], type=click.Path(file_okay=False), default=None,
+                     help="Keep the server's data and logs here (default: a temp dir, removed "
+                          "on exit)."),
+        click.Option(["--ready-timeout"], type=float, default=60.0, show_default=True,
+                     help="Seconds to wait for the server to answer before giving up."),
+        *options,
+        click.Argument(["command"], nargs=-1, type=click.UNPROCESSED),
+    ]
+    cmd = click.Command(
+        prog, params=params, callback=run, help=description
+        + "\n\nWith a command after --, run it with {url} replaced by the server's backend URL, "
+          "then stop the server; without one, print the URL and serve until Ctrl-C.",
+        context_settings={"help_option_names": ["-h", "--help"]})
+    try:
+        rc = cmd.main(args=list(sys.argv[1:] if argv is None else argv), prog_name=prog,
+                      standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except BackendUnavailable as exc:
+        click.echo(f"{prog}: {exc.message}", err=True)
+        return 2
+    return int(rc or 0)
