@@ -2,10 +2,12 @@
 
 The harness plays every party of the article's run — controller, workers, the feed that receives
 the announcement and the newsletter that depends on the digest — through outlive's public API
-(:class:`~outlive.Controller`, :class:`~outlive.Worker`) on whatever backend it is given. Model
-calls go through ``backend.run_step``, so an engine runs them as its own durable steps; a paused
-worker's call is genuinely held (an awaited event) and later released, a crashed one raises and
-never resumes.
+(:class:`~outlive.Controller`, :class:`~outlive.Worker`) on whatever backend it is given; the
+successor rule (suspect silence, admit and dispatch a successor) is the library's own
+:class:`~outlive.Supervisor`, with a dispatcher that hands each admitted attempt to a scripted
+worker. Model calls go through ``backend.run_step``, so an engine runs them as its own durable
+steps; a paused worker's call is genuinely held (an awaited event) and later released, a crashed
+one raises and never resumes.
 
 Timing model (docs/conformance.md): one action per worker per tick (a model call, assembling a
 candidate, sending an effect); restoring from the journal is free and happens on the admission
@@ -37,8 +39,9 @@ from outlive import (
 )
 from outlive.errors import ContractFailed, FencingError, ScenarioError, StaleOwner, VersionMismatch
 from outlive.hashing import short
-from outlive.records import AttemptState, Candidate, EffectState, InputVersion, WorkState
+from outlive.records import Candidate, EffectState, InputVersion, WorkState
 from outlive.rules import LatestAccepted, LatestFinished, Rule, StrictCurrent, dependable
+from outlive.supervisor import Assignment, Dispatcher, Lease, Supervisor, WorkDefinition
 
 from .scenario import Scenario, Switches
 
@@ -149,6 +152,25 @@ class _Actor:
     redone: list[str] = field(default_factory=list)
 
 
+async def scripted_attempt(ctx: Any) -> None:
+    """The harness's attempts are scripted tick by tick (:class:`_Run`), not run by a function."""
+    raise NotImplementedError("the conformance harness drives its attempts itself")
+
+
+class _HarnessDispatcher(Dispatcher):
+    """Hands each attempt the library's supervisor admitted to the harness's scripted worker.
+
+    Stopping is a no-op on purpose: a paused worker stays paused until the scenario wakes it,
+    so the story can show its late write being refused.
+    """
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    async def dispatch(self, assignment: Assignment) -> None:
+        await self.run.admitted(assignment)
+
+
 class _Run:
     def __init__(self, backend: Backend, sc: Scenario, sw: Switches, work_id: str,
                  trace: bool) -> None:
@@ -161,6 +183,15 @@ class _Run:
         self.trace: list[TraceEvent] = []
         self.ctl = Controller(backend, clock=lambda: self.tick,
                               heartbeat_interval=sc.heartbeat_every, missed_beats=sc.missed_beats)
+        # The successor rule is the library's: the supervisor suspects silence and admits;
+        # the harness only plays the workers it dispatches to, on the logical clock.
+        self.supervisor = Supervisor(backend, WorkDefinition(
+            work_id=work_id, attempt=scripted_attempt, contract=Contract(**sc.contract),
+            policy=Policy(fencing=sw.fencing == "on", pins=sw.pins == "on"),
+            lease=Lease(heartbeat_interval=sc.heartbeat_every, missed_beats=sc.missed_beats,
+                        start_grace=0),
+            max_attempts=sc.max_ticks + 1, complete=self.complete,
+        ), _HarnessDispatcher(self), clock=lambda: self.tick)
         self.feed = MemoryReceiver(clock=lambda: self.tick)
         self.actors: list[_Actor] = []
         self.calls = 0
@@ -337,21 +368,17 @@ class _Run:
                      mark="accept", digest=short(digest), attempt=cand.attempt, version=acc.version,
                      contract=f"{self.contract.name}@{self.contract.version}",
                      figure=self.figure_of(cand.content))
-        st = await self.state()
-        for att in await self.ctl.observe(self.work, st):
+        for att in await self.supervisor.suspect():
             self.log("attempt", f"#{att.number} has missed {self.sc.missed_beats} heartbeats: "
                      "unknown — not failed and not finished", lane="controller", mark="unknown",
                      attempt=att.number)
-        st = await self.state()
-        cur = st.current_attempt
-        need = (cur is None or cur.state is AttemptState.UNKNOWN
-                or (cur.state in (AttemptState.FINISHED, AttemptState.STOPPED)
-                    and not self.complete(st)))
-        if need:
-            await self.admit(st)
+        await self.supervisor.succeed()   # admits and dispatches to `admitted` when one is due
 
-    async def admit(self, st: WorkState) -> None:
-        att = await self.ctl.admit(self.work)
+    async def admitted(self, assignment: Assignment) -> None:
+        """Start the scripted worker of an attempt the supervisor just admitted."""
+        st = await self.state()
+        att = st.attempt(assignment.attempt)
+        assert att is not None and att.token == assignment.token
         snapshot = self.sc.versions[att.pinned_version or self.sc.first_version]
         w = Worker(self.b, att, snapshot,
                    persist="step" if self.sw.progress == "step" else "end",
