@@ -1,16 +1,26 @@
-"""outlive on Temporal: ``temporal://HOST:PORT[/NAMESPACE]``.
+"""outlive on Temporal.
 
-The ledger of each work is an entity workflow whose updates run the core ledger in a validator;
-steps are activities that Temporal never retries (outlive admits successors instead).
+Two shapes. **Inside the engine** (the default for Temporal users): your ``@workflow.defn`` class
+extends :class:`Work` and is the work's ledger; :meth:`Attempt.step` runs your own activities on
+your own workers; :class:`OutlivePlugin` registers outlive on your client and workers; Temporal's
+heartbeat timeouts drive takeover. **Client-driven** (``temporal://HOST:PORT``): the ledger is an
+entity workflow and a session outside Temporal (a long-running agent process) drives
+``Controller``/``Worker`` through :class:`TemporalBackend`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ._engine import Attempt, Work
+from ._handle import AttemptRef, WorkHandle, current_attempt, typed_error
+from ._plugin import OutlivePlugin
+from ._store import BlobStore, FileStore, StoreCodec
 from .backend import StepReport, TemporalBackend, workflow_id
 
-__all__ = ["DevServer", "StepReport", "TemporalBackend", "workflow_id"]
+__all__ = ["Attempt", "AttemptRef", "BlobStore", "DevServer", "FileStore", "OutlivePlugin",
+           "StepReport", "StoreCodec", "TemporalBackend", "Work", "WorkHandle", "current_attempt",
+           "typed_error", "workflow_id"]
 
 
 def __getattr__(name: str) -> Any:

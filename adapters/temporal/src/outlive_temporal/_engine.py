@@ -1,0 +1,578 @@
+"""Inside the user's workflow: the work's ledger lives in the user's own ``@workflow.defn``.
+
+A workflow class that extends :class:`Work` *is* the work: its execution holds the work's ledger
+state (the pure :mod:`outlive.ledger`, applied in workflow code, so every journal write, candidate
+and effect intent is fenced without a client round trip), and :meth:`Work.drive` runs the user's
+attempt body as a coroutine of that execution. A step (:meth:`Attempt.step`) restores its result
+by input key or runs the user's own registered activity with ``workflow.execute_activity`` (data
+arguments, no closures). Temporal drives takeover: a step's activity heartbeat timeout is the
+attempt's lease, so when it fires the driver marks the attempt ``unknown``, admits a successor with
+a larger token, cancels the predecessor's coroutine (and with it its activities) and starts the
+successor — all in one workflow task, with no client anywhere.
+
+Why one entity workflow with attempts as coroutines, not a child workflow per attempt: a journal
+write must be fenced *against the current epoch* in the same atomic step that applies it. Inside
+one execution that is a function call; across two executions it is a signal with no answer or an
+update sent by an activity (a round trip per step, the cost this design removes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import hashlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar, TypeVar
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
+
+with workflow.unsafe.imports_passed_through():
+    from outlive import codec
+    from outlive import ledger as L
+    from outlive.errors import InvalidRecord, OutliveError, PayloadTooLarge, VersionMismatch
+    from outlive.hashing import canonical, content_hash, input_key
+    from outlive.records import (
+        Acceptance,
+        AttemptState,
+        Candidate,
+        Contract,
+        InputVersion,
+        JournalEntry,
+        Part,
+        Policy,
+        Receipt,
+        WorkState,
+    )
+    from outlive.records import (
+        Attempt as AttemptRecord,
+    )
+    from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Rule, StrictCurrent, dependable
+
+__all__ = ["CARRY_KEY", "COMMAND_UPDATE", "DEPENDABLE_QUERY", "PUBLISH_UPDATE", "STATE_QUERY",
+           "Attempt", "Work", "activity_id", "parse_activity_id", "rejection", "rule_from_text"]
+
+T = TypeVar("T")
+
+#: Handler names the :class:`Work` mixin adds to the user's workflow.
+COMMAND_UPDATE = "outlive_command"
+PUBLISH_UPDATE = "outlive_publish"
+STATE_QUERY = "outlive_state"
+DEPENDABLE_QUERY = "outlive_dependable"
+#: Marks the argument that carries the ledger across continue-as-new (see ``_plugin``).
+CARRY_KEY = "outlive_carry"
+_ID_PREFIX = "outlive"
+_REF = "outlive_ref"
+
+
+def rejection(exc: BaseException) -> ApplicationError:
+    """An outlive error as an ApplicationError whose details rebuild the same typed error."""
+    if not isinstance(exc, OutliveError):
+        exc = InvalidRecord(f"malformed command: {type(exc).__name__}: {exc}")
+    return ApplicationError(exc.message, exc.to_dict(), type=type(exc).__name__,
+                            non_retryable=True)
+
+
+def activity_id(attempt: int, token: int, n: int, step: str) -> str:
+    """The activity id of a step: it names the attempt and its token, so the activity (and a
+    late write it makes) carries the authority it was started with."""
+    return f"{_ID_PREFIX}:{attempt}:{token}:{n}:{step}"
+
+
+def parse_activity_id(text: str) -> tuple[int, int, str] | None:
+    """``(attempt, token, step)`` from :func:`activity_id`, or None for another activity."""
+    parts = text.split(":", 4)
+    if len(parts) != 5 or parts[0] != _ID_PREFIX:
+        return None
+    try:
+        return int(parts[1]), int(parts[2]), parts[4]
+    except ValueError:
+        return None
+
+
+def rule_from_text(text: str) -> Rule:
+    """``strict`` | ``latest_accepted`` | ``latest_finished`` | ``pinned:<version>``."""
+    if text == "strict":
+        return StrictCurrent()
+    if text == "latest_accepted":
+        return LatestAccepted()
+    if text == "latest_finished":
+        return LatestFinished()
+    if text.startswith("pinned:"):
+        return PinnedVersion(version=text[len("pinned:"):])
+    raise InvalidRecord(f"unknown rule {text!r}")
+
+
+class _Halt(Exception):
+    """Why the driver stopped an attempt's coroutine: never seen by user code."""
+
+
+@dataclass
+class _Carry:
+    """What crosses continue-as-new besides the user's own arguments."""
+
+    state: str
+    contents: dict[str, Any]
+    generation: int
+    blobs: list[str]
+
+
+class Attempt:
+    """One attempt of the work, as the user's attempt body sees it (a coroutine of the workflow)."""
+
+    def __init__(self, ledger: _WorkLedger, record: AttemptRecord) -> None:
+        self._ledger = ledger
+        self.record = record
+        self.halt: str | None = None
+        self._parts: dict[str, Part] = {}
+        self._n = 0
+
+    @property
+    def work_id(self) -> str:
+        return self._ledger.work_id
+
+    @property
+    def number(self) -> int:
+        return self.record.number
+
+    @property
+    def token(self) -> int:
+        return self.record.token
+
+    @property
+    def version(self) -> str | None:
+        return self.record.pinned_version
+
+    @property
+    def steps(self) -> dict[str, Part]:
+        """The steps this attempt used so far (run or restored), in order."""
+        return dict(self._parts)
+
+    async def step(self, name: str, activity: Any, /, *args: Any, reads: Mapping[str, Any] | None = None,
+                   **options: Any) -> Any:
+        """Restore ``name`` from the journal by input key, or run ``activity(*args)`` and journal it.
+
+        The input key is the hash of the declared inputs: ``reads`` if given, else the arguments
+        (one argument is named after the step, so a step named like a part of the pinned version
+        is checked against it; several are ``name[0]``, ``name[1]``, ...). ``options`` go to
+        ``workflow.execute_activity``; the defaults are one try (outlive admits a successor
+        instead of Temporal retrying) and the work's heartbeat timeout, which is this attempt's
+        lease. Returns the activity's result, typed as ``execute_activity`` types it.
+        """
+        led = self._ledger
+        led.check_live(self)
+        declared = dict(reads) if reads is not None else (
+            {name: args[0]} if len(args) == 1 else {f"{name}[{i}]": a for i, a in enumerate(args)})
+        sources = {k: content_hash(v) for k, v in declared.items()}
+        key = input_key(name, sources)
+        hint = options.get("result_type") or _result_type(activity)
+        entry = led.state.lookup(name, key)
+        if entry is not None:
+            self._parts[name] = Part(step=name, input_key=key, sources=sources,
+                                     result_id=entry.result_id)
+            return led.restore(entry, hint)
+        self._n += 1
+        opts = led.activity_options(options)
+        opts["activity_id"] = activity_id(self.number, self.token, self._n, name)
+        try:
+            result = await workflow.execute_activity(activity, args=list(args), **opts)
+        except ActivityError as err:
+            if isinstance(err.cause, TemporalTimeout):
+                await led.silence(self, f"step {name!r}: {err.cause}")
+            raise
+        led.check_live(self)
+        rid = L.result_id(self.work_id, name, key, self.number)
+        write = L.StepWrite(step=name, sources=sources, input_key=key,
+                            result=led.keep(result), result_id=rid)
+        led.apply(L.RecordSteps(attempt=self.number, token=self.token, entries=(write,),
+                                at=led.now()))
+        self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
+        led.after_step(self)
+        return result
+
+    async def accept(self, content: Any, steps: Sequence[str] | None = None) -> Acceptance:
+        """Submit the candidate built from ``steps`` (default: every step so far) and judge it.
+
+        The mechanical checks (owner, pinned version, part hashes) are the ledger's; the verdict
+        is the workflow's :meth:`Work.assess`. If the input moved on while this attempt worked,
+        the candidate is for an old version: the attempt ends and the driver admits a successor
+        pinned to the current version (which restores every step whose inputs did not change).
+        """
+        led = self._ledger
+        led.check_live(self)
+        names = list(steps) if steps is not None else list(self._parts)
+        missing = [n for n in names if n not in self._parts]
+        if missing:
+            raise InvalidRecord(f"candidate names steps this attempt did not use: {missing}")
+        parts = tuple(self._parts[n] for n in names)
+        version = self.version if led.state.policy.pins else None
+        digest = L.candidate_digest(self.work_id, version, parts, content)
+        led.apply(L.SubmitCandidate(attempt=self.number, token=self.token, digest=digest,
+                                    parts=parts, content=content, at=led.now()))
+        cand = led.state.candidate(digest)
+        assert cand is not None
+        vrec = led.state.version(cand.version) if cand.version else None
+        verdict = led.owner.assess(cand, vrec)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        led.check_live(self)
+        ok, reason = verdict
+        try:
+            out = led.apply(L.Accept(digest=digest, contract=led.owner.outlive_contract,
+                                     verdict=bool(ok), reason=reason, at=led.now()))
+        except VersionMismatch:
+            if led.state.current_version != cand.version:
+                self.halt = "rebuild"
+                await workflow.wait_condition(lambda: False)
+            raise
+        acc: Acceptance = out.record
+        return acc
+
+    async def effect(self, op_key: str, activity: Any, /, *args: Any, **options: Any) -> str:
+        """Record the intent, run ``activity(*args)`` (it must send ``op_key`` to the receiver),
+        record the receiver's answer. A confirmed operation is not sent again: its receipt's id
+        comes back. Temporal may retry the activity (the key makes that safe); a silent attempt
+        leaves the intent ambiguous and its successor resends the same key."""
+        led = self._ledger
+        led.check_live(self)
+        digest = content_hash([led.text(a) for a in args])
+        out = led.apply(L.RecordIntent(attempt=self.number, token=self.token, op_key=op_key,
+                                       payload_digest=digest, sent_key=op_key, at=led.now()))
+        if out.kind == "confirmed":
+            assert out.record.receipt is not None
+            return str(out.record.receipt.effect_id)
+        self._n += 1
+        opts = dict(options)
+        if "start_to_close_timeout" not in opts and "schedule_to_close_timeout" not in opts:
+            opts["start_to_close_timeout"] = led.owner.outlive_step_timeout
+        opts["activity_id"] = activity_id(self.number, self.token, self._n, op_key[:200])
+        try:
+            result = await workflow.execute_activity(activity, args=list(args), **opts)
+        except ActivityError as err:
+            if isinstance(err.cause, TemporalTimeout) and "heartbeat_timeout" in opts:
+                await led.silence(self, f"effect {op_key!r}: {err.cause}")
+            raise
+        led.check_live(self)
+        receipt = Receipt(effect_id=str(result), duplicate=False, key=op_key)
+        led.apply(L.ConfirmEffect(attempt=self.number, token=self.token, op_key=op_key,
+                                  receipt=receipt, at=led.now()))
+        return str(result)
+
+
+def _result_type(activity: Any) -> Any:
+    if not callable(activity):
+        return None
+    try:
+        from temporalio.activity import _Definition
+
+        defn = _Definition.from_callable(activity)
+    except Exception:
+        return None
+    return None if defn is None else defn.ret_type
+
+
+class _WorkLedger:
+    """The ledger of the work this workflow execution is: state, contents, blobs, the driver."""
+
+    def __init__(self, owner: Work) -> None:
+        self.owner = owner
+        self.work_id = workflow.info().workflow_id
+        carry: _Carry | None = owner.__dict__.get("_outlive_carry")
+        self.state: WorkState = WorkState(work_id=self.work_id)
+        self.opened = False
+        self.contents: dict[str, Any] = {}
+        self.blobs: dict[str, str] = {}
+        self.generation = 0
+        self.bytes = 0
+        self.steps_this_run = 0
+        self.current: Attempt | None = None
+        self.has_store = bool(owner.__dict__.get("_outlive_store", False))
+        if carry is not None:
+            st = codec.loads(carry.state)
+            if not isinstance(st, WorkState):
+                raise InvalidRecord("the carried ledger state is corrupt")
+            self.state = st
+            self.opened = True
+            self.contents = dict(carry.contents)
+            self.generation = carry.generation
+            for text in carry.blobs:
+                self.blobs[_digest(text)] = text
+            self.bytes = len(carry.state) + sum(len(self.text(v)) for v in self.contents.values())
+
+    # -- the ledger, applied in workflow code --------------------------------------------------
+    def now(self) -> int:
+        return int(workflow.now().timestamp() * 1000)
+
+    def apply(self, cmd: L.Command) -> L.Outcome:
+        """Apply ``cmd`` with the core ledger; refuse it if the state would pass the cap."""
+        grow = _growth(cmd)
+        if grow and self.bytes + grow > self.owner.outlive_max_state_bytes:
+            raise PayloadTooLarge(
+                f"work {self.work_id!r}: its ledger state would pass "
+                f"{self.owner.outlive_max_state_bytes} bytes (Temporal carries it as one payload "
+                f"across continue-as-new, limit 2 MB); keep results by reference (a store on "
+                f"the OutlivePlugin)", size=self.bytes + grow,
+                limit=self.owner.outlive_max_state_bytes)
+        self.state, out = L.apply(self.state if self.opened else None, cmd, work_id=self.work_id)
+        self.opened = True
+        self.bytes += grow
+        return out
+
+    def text(self, value: Any) -> str:
+        """A value as the workflow's payload converter writes it (JSON text for the default)."""
+        payload = workflow.payload_converter().to_payloads([value])[0]
+        enc = payload.metadata.get("encoding", b"")
+        if enc == b"json/plain":
+            return payload.data.decode()
+        return "b64:" + enc.decode() + ":" + base64.b64encode(payload.data).decode()
+
+    def keep(self, value: Any) -> Any:
+        """The journal's copy of a result: its text inline, or a reference when a store exists."""
+        text = self.text(value)
+        if self.has_store and len(text) > self.owner.outlive_inline_bytes:
+            ref = _digest(text)
+            self.blobs[ref] = text
+            return {_REF: ref, "bytes": len(text)}
+        return text
+
+    def restore(self, entry: JournalEntry, hint: Any) -> Any:
+        value = entry.result
+        if isinstance(value, dict) and _REF in value:
+            text = self.blobs.get(value[_REF])
+            if text is None:
+                raise InvalidRecord(f"result {value[_REF][:12]} of step {entry.step!r} is missing")
+        elif isinstance(value, str):
+            text = value
+        else:
+            raise InvalidRecord(f"journal entry of step {entry.step!r} is not a workflow result")
+        if text.startswith("b64:"):
+            _, enc, data = text.split(":", 2)
+            payload = Payload(metadata={"encoding": enc.encode()}, data=base64.b64decode(data))
+        else:
+            payload = Payload(metadata={"encoding": b"json/plain"}, data=text.encode())
+        return workflow.payload_converter().from_payloads([payload], [hint] if hint else None)[0]
+
+    def activity_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        opts = dict(options)
+        opts.setdefault("retry_policy", RetryPolicy(maximum_attempts=1))
+        opts.setdefault("heartbeat_timeout", self.owner.outlive_heartbeat)
+        if "start_to_close_timeout" not in opts and "schedule_to_close_timeout" not in opts:
+            opts["start_to_close_timeout"] = self.owner.outlive_step_timeout
+        return opts
+
+    # -- the driver ------------------------------------------------------------------------------
+    def check_live(self, attempt: Attempt) -> None:
+        if attempt.halt is not None or self.current is not attempt:
+            raise _Halt(attempt.halt or "replaced")
+
+    async def silence(self, attempt: Attempt, detail: str) -> None:
+        """A step's lease ran out: the attempt is ``unknown``; the driver takes over."""
+        if self.current is attempt and attempt.halt is None:
+            self.apply(L.MarkUnknown(attempt=attempt.number, at=self.now()))
+            attempt.halt = "unknown"
+            workflow.logger.info("outlive: attempt #%s is unknown (%s)", attempt.number, detail)
+        await workflow.wait_condition(lambda: False)
+
+    def after_step(self, attempt: Attempt) -> None:
+        self.steps_this_run += 1
+        every = self.owner.outlive_continue_after
+        if (every is not None and self.steps_this_run >= every) \
+                or workflow.info().is_continue_as_new_suggested():
+            attempt.halt = "continue"
+
+    async def drive(self, body: Callable[[Attempt, Any], Awaitable[T]], inputs: Any,
+                    version: str) -> T:
+        if not self.opened:
+            self.apply(L.OpenWork(policy=self.owner.outlive_policy))
+            self.publish(version, inputs)
+        for _ in range(self.owner.outlive_max_attempts):
+            cur = self.state.current_attempt
+            if cur is None or cur.state not in (AttemptState.ADMITTED, AttemptState.RUNNING):
+                cur = self.apply(L.Admit(at=self.now())).record
+            assert cur is not None and cur.pinned_version is not None
+            attempt = Attempt(self, cur)
+            self.current = attempt
+            task = asyncio.ensure_future(body(attempt, self.contents[cur.pinned_version]))
+            await workflow.wait_condition(functools.partial(_settled, task, attempt))
+            if not task.done():
+                task.cancel()
+            try:
+                result = await task
+            except BaseException as exc:
+                halt = attempt.halt
+                if halt == "continue":
+                    await self.continue_as_new()
+                if halt in ("unknown", "rebuild"):
+                    if halt == "rebuild":
+                        self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
+                    continue
+                self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
+                if isinstance(exc, OutliveError):
+                    raise rejection(exc) from None
+                raise
+            if attempt.halt == "continue" and self.state.current_attempt == cur:
+                pass  # finished on the step that asked for continue-as-new: just finish
+            self.apply(L.Finish(attempt=cur.number, token=cur.token, at=self.now()))
+            return result
+        raise ApplicationError(
+            f"work {self.work_id!r}: {self.owner.outlive_max_attempts} attempts went silent or "
+            f"were rebuilt; giving up", type="AttemptsExhausted", non_retryable=True)
+
+    async def continue_as_new(self) -> None:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        refs = {e.result[_REF] for e in self.state.journal
+                if isinstance(e.result, dict) and _REF in e.result}
+        carry = {CARRY_KEY: _Carry(state=codec.dumps(self.state), contents=self.contents,
+                                   generation=self.generation + 1, blobs=[]).__dict__}
+        blobs = [self.blobs[r] for r in sorted(refs) if r in self.blobs]
+        args = list(self.owner.__dict__.get("_outlive_args", ()))
+        workflow.continue_as_new(args=[*args, carry, *blobs])
+
+    def publish(self, version: str, parts: Any) -> InputVersion:
+        if not isinstance(parts, Mapping):
+            raise InvalidRecord("a work's input is a mapping of part name -> content")
+        hashes = {str(k): content_hash(v) for k, v in parts.items()}
+        out = self.apply(L.PublishInput(version=version, parts=hashes, at=self.now()))
+        if version not in self.contents:
+            self.contents[version] = dict(parts)
+            self.bytes += len(self.text(self.contents[version]))
+        rec: InputVersion = out.record
+        return rec
+
+
+def _settled(task: asyncio.Future[Any], attempt: Attempt) -> bool:
+    return task.done() or attempt.halt is not None
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _growth(cmd: L.Command) -> int:
+    """Roughly how many bytes ``cmd`` adds to the carried state (the cap's measure)."""
+    if isinstance(cmd, L.RecordSteps):
+        return sum(len(canonical(w.result)) + 300 + len(w.step) for w in cmd.entries)
+    if isinstance(cmd, L.SubmitCandidate):
+        return len(canonical(cmd.content)) + 200 + 150 * len(cmd.parts)
+    if isinstance(cmd, (L.RecordIntent, L.PublishInput, L.Admit)):
+        return 300
+    return 0
+
+
+class Work:
+    """Extend this in your ``@workflow.defn`` class: the execution becomes the work's ledger.
+
+    Class attributes configure it; override :meth:`assess` to judge candidates. The mixin adds
+    the ``outlive_command`` and ``outlive_publish`` updates (fenced writes from outside: a late
+    activity, an operator publishing a corrected input) and the ``outlive_state`` and
+    ``outlive_dependable`` queries. Register your workers with :class:`~outlive_temporal.OutlivePlugin`.
+    """
+
+    outlive_policy: ClassVar[Policy] = Policy()
+    outlive_contract: ClassVar[Contract] = Contract(name="accepted", version="1",
+                                                    assessor="workflow")
+    #: A step activity's heartbeat timeout: the attempt's lease.
+    outlive_heartbeat: ClassVar[timedelta] = timedelta(seconds=10)
+    outlive_step_timeout: ClassVar[timedelta] = timedelta(hours=1)
+    #: The ledger state this execution may carry (Temporal's payload limit is 2 MB).
+    outlive_max_state_bytes: ClassVar[int] = 1_500_000
+    #: With a store, results longer than this go by reference.
+    outlive_inline_bytes: ClassVar[int] = 2048
+    #: Continue-as-new after this many steps in one run (besides when Temporal suggests it).
+    outlive_continue_after: ClassVar[int | None] = None
+    outlive_max_attempts: ClassVar[int] = 20
+
+    @property
+    def outlive(self) -> _WorkLedger:
+        led: _WorkLedger | None = self.__dict__.get("_outlive_ledger")
+        if led is None:
+            led = _WorkLedger(self)
+            self.__dict__["_outlive_ledger"] = led
+        return led
+
+    def assess(self, candidate: Candidate, version: InputVersion | None) \
+            -> tuple[bool, str] | Awaitable[tuple[bool, str]]:
+        """The verdict on a candidate that passed the mechanical checks (default: accept)."""
+        del candidate, version
+        return True, "accepted"
+
+    async def drive(self, body: Callable[[Attempt, Any], Awaitable[T]], inputs: Any, *,
+                    version: str = "v1") -> T:
+        """Run ``body(attempt, inputs)`` as attempts until one finishes; Temporal drives takeover.
+
+        ``inputs`` (a mapping of part name -> content) is published as ``version`` when the work
+        opens; later versions arrive through the ``outlive_publish`` update, and each attempt gets
+        the content of the version it is pinned to.
+        """
+        return await self.outlive.drive(body, inputs, version)
+
+    @workflow.update(name=COMMAND_UPDATE)
+    async def outlive_command(self, text: str) -> str:
+        cmd = _command(text)
+        try:
+            out = self.outlive.apply(cmd)
+        except Exception as exc:
+            raise rejection(exc) from None
+        return codec.dumps(out)
+
+    @outlive_command.validator
+    def _outlive_validate(self, text: str) -> None:
+        led = self.outlive
+        try:
+            L.apply(led.state if led.opened else None, _command(text), work_id=led.work_id)
+        except Exception as exc:
+            raise rejection(exc) from None
+
+    @workflow.update(name=PUBLISH_UPDATE)
+    async def outlive_publish(self, version: str, parts: dict[str, Any]) -> str:
+        try:
+            rec = self.outlive.publish(version, parts)
+        except Exception as exc:
+            raise rejection(exc) from None
+        return codec.dumps(rec)
+
+    @outlive_publish.validator
+    def _outlive_validate_publish(self, version: str, parts: dict[str, Any]) -> None:
+        led = self.outlive
+        if not led.opened:
+            raise rejection(InvalidRecord("the work has not opened yet"))
+        hashes = {str(k): content_hash(v) for k, v in parts.items()}
+        try:
+            L.apply(led.state, L.PublishInput(version=version, parts=hashes, at=0))
+        except Exception as exc:
+            raise rejection(exc) from None
+
+    @workflow.query(name=STATE_QUERY)
+    def outlive_state(self) -> str | None:
+        led = self.outlive
+        return codec.dumps(led.state) if led.opened else None
+
+    @workflow.query(name=DEPENDABLE_QUERY)
+    def outlive_dependable(self, rule: str) -> dict[str, Any] | None:
+        led = self.outlive
+        if not led.opened:
+            return None
+        dep = dependable(led.state, rule_from_text(rule))
+        if dep is None:
+            return None
+        return {"digest": dep.digest, "version": dep.version, "content": dep.content}
+
+
+#: What may arrive from outside the workflow: fenced writes of a (possibly late) attempt and the
+#: controller's verdicts. Opening, publishing (with content) and admitting are the workflow's own.
+_WRITES = (L.Heartbeat, L.MarkUnknown, L.MarkStopped, L.RecordSteps, L.SubmitCandidate,
+           L.RecordIntent, L.ConfirmEffect, L.Accept, L.Finish)
+
+
+def _command(text: str) -> L.Command:
+    cmd = codec.loads(text)
+    if not isinstance(cmd, _WRITES):
+        raise InvalidRecord(f"not a command a client may send here: {type(cmd).__name__}")
+    return cmd

@@ -1,0 +1,135 @@
+"""The Temporal plugin: outlive on the user's own workers, clients and replayers.
+
+``Client.connect(..., plugins=[OutlivePlugin()])`` and ``Worker(client, ...)`` (a worker inherits
+its client's plugins) are all a user adds. The plugin
+
+* registers outlive's ledger workflow (the client-driven shape) beside the user's workflows;
+* lets ``outlive`` through the workflow sandbox (the ledger is pure and deterministic; the
+  sandbox stays on for the user's code);
+* makes an ``OutliveError`` raised in workflow code fail the workflow with its type, instead of
+  failing the workflow task over and over;
+* adds an interceptor that carries a :class:`~outlive_temporal.Work`'s ledger across
+  continue-as-new (the user's ``run`` keeps its own signature);
+* with ``store=``, puts a payload codec on the client's data converter that keeps large payloads
+  (step results, the carried ledger) in the store and only their references in history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+import temporalio.converter
+import temporalio.worker
+from temporalio import workflow
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from outlive.errors import OutliveError
+
+from ._engine import CARRY_KEY, Work, _Carry
+from ._store import BlobStore, StoreCodec
+from ._workflow import LedgerWorkflow
+
+__all__ = ["OutlivePlugin"]
+
+_PASSTHROUGH = ("outlive", "outlive_temporal")
+
+
+def _runner(runner: WorkflowRunner | None) -> WorkflowRunner:
+    if runner is None:
+        raise ValueError("the outlive plugin needs the worker's workflow runner")
+    if isinstance(runner, SandboxedWorkflowRunner):
+        return dataclasses.replace(
+            runner, restrictions=runner.restrictions.with_passthrough_modules(*_PASSTHROUGH))
+    return runner
+
+
+def _run_hints(run_fn: Any) -> list[Any]:
+    params = list(inspect.signature(run_fn).parameters.values())[1:]  # drop self
+    try:
+        hints = typing.get_type_hints(run_fn)
+    except Exception:
+        hints = {}
+    return [hints.get(p.name) for p in params]
+
+
+class _CarryInbound(WorkflowInboundInterceptor):
+    store = False
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        if isinstance(input.type, type) and issubclass(input.type, Work):
+            args = list(input.args)
+            hints = _run_hints(input.run_fn)
+            inst = workflow.instance()
+            inst.__dict__["_outlive_store"] = self.store
+            n = len(hints)
+            if len(args) > n and isinstance(args[n], dict) and CARRY_KEY in args[n]:
+                raw = dict(args[n][CARRY_KEY])
+                raw["blobs"] = [str(b) for b in args[n + 1:]]
+                inst.__dict__["_outlive_carry"] = _Carry(**raw)
+                # the payload count did not match the run's parameters, so the SDK decoded the
+                # user's arguments without type hints: decode them again with the hints
+                conv = workflow.payload_converter()
+                args = [conv.from_payloads(conv.to_payloads([a]), [h])[0] if h is not None else a
+                        for a, h in zip(args[:n], hints, strict=True)]
+            inst.__dict__["_outlive_args"] = list(args)
+            input = dataclasses.replace(input, args=args)
+        return await self.next.execute_workflow(input)
+
+
+class _CarryInterceptor(Interceptor):
+    def __init__(self, store: bool) -> None:
+        self.store = store
+
+    def workflow_interceptor_class(
+            self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        del input
+        store = self.store
+
+        class Inbound(_CarryInbound):
+            pass
+
+        Inbound.store = store
+        return Inbound
+
+
+class OutlivePlugin(SimplePlugin):
+    """outlive's Temporal plugin. ``store``: where large payloads live (by reference)."""
+
+    def __init__(self, *, store: BlobStore | None = None, threshold: int = 16 * 1024) -> None:
+        self.store = store
+        converter: Any = None
+        if store is not None:
+            codec = StoreCodec(store, threshold=threshold)
+
+            def converter(existing: temporalio.converter.DataConverter | None) \
+                    -> temporalio.converter.DataConverter:
+                base = existing or temporalio.converter.DataConverter.default
+                return dataclasses.replace(base, payload_codec=codec)
+
+        failures: Sequence[type[BaseException]] = [OutliveError]
+        super().__init__(
+            "outlive.OutlivePlugin",
+            data_converter=converter,
+            workflows=[LedgerWorkflow],
+            workflow_runner=_runner,
+            interceptors=[_CarryInterceptor(store is not None)],
+            workflow_failure_exception_types=failures,
+        )
+
+    def configure_worker(self, config: temporalio.worker.WorkerConfig) \
+            -> temporalio.worker.WorkerConfig:
+        # a worker built without an explicit runner gets the sandboxed default: let outlive in
+        config.setdefault("workflow_runner", SandboxedWorkflowRunner())
+        return super().configure_worker(config)

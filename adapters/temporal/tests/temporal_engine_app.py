@@ -1,0 +1,150 @@
+"""A user's workflows and activities, written the way the in-engine shape is meant to be used.
+
+Imported by the in-process tests and by worker processes (``WorkerProcess(..., "temporal_engine_app")``).
+The activities leave markers in ``$OUTLIVE_TEST_DIR`` so a test can see which process runs which
+step and what a paused worker's late write met.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+
+with workflow.unsafe.imports_passed_through():
+    from outlive import ledger as L
+    from outlive.errors import OutliveError
+    from outlive_temporal import Attempt, Work, current_attempt
+
+#: In-process control of ``held`` (tests running their worker in the test process).
+HOLD: dict[str, asyncio.Event] = {}
+CALLS: list[str] = []
+
+
+def _mark(name: str) -> None:
+    """``$OUTLIVE_TEST_DIR/<last part of the work id>.<name>`` gets this process's pid."""
+    d = os.environ.get("OUTLIVE_TEST_DIR")
+    if d:
+        tag = activity.info().workflow_id.rsplit("/", 1)[-1]
+        with open(os.path.join(d, f"{tag}.{name}"), "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+@activity.defn
+async def part(text: str) -> str:
+    """A model call that takes ``slow:<seconds>:`` and heartbeats while it works."""
+    info = current_attempt()
+    _mark(f"started.{info.step}.{info.attempt}")
+    seconds = float(text.split(":")[1]) if text.startswith("slow:") else 0.0
+    last = time.monotonic()
+    end = last + seconds
+    paused = False
+    try:
+        while time.monotonic() < end:
+            await asyncio.sleep(0.1)
+            paused = paused or time.monotonic() - last > 1.5   # stopped between two beats
+            last = time.monotonic()
+            activity.heartbeat()
+    except asyncio.CancelledError:
+        # Temporal told the woken worker its activity is gone; a worker that saves what it has
+        # on the way out still makes its ledger write - with the token it was started with.
+        if paused or time.monotonic() - last > 1.5:
+            await _late_write(info)
+        raise
+    if paused:
+        await _late_write(info)
+    return text.rsplit(":", 1)[-1].upper()
+
+
+async def _late_write(info: Any) -> None:
+    """The write a woken worker would make, to its end even if Temporal cancels the activity."""
+    write = asyncio.ensure_future(_write(info))
+    while not write.done():
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            continue
+
+
+async def _write(info: Any) -> None:
+    """An effect intent with the token the activity was started with."""
+    try:
+        await info.execute(L.RecordIntent(
+            attempt=info.attempt, token=info.token, op_key=f"late:{info.step}",
+            payload_digest="0" * 64, sent_key=None, at=int(time.time() * 1000)))
+        _mark("late-write.applied")
+    except OutliveError as exc:
+        _mark(f"late-write.{type(exc).__name__}")
+    _mark(f"late-return.{info.step}.{info.attempt}")
+
+
+@activity.defn
+async def held(text: str) -> str:
+    """A model call the test can hold (no heartbeats while held: the worker went silent)."""
+    CALLS.append(text)
+    ev = HOLD.pop(text, None)   # only the first call is held
+    if ev is not None:
+        await ev.wait()
+    return text.upper()
+
+
+@activity.defn
+async def blob(i: int, size: int) -> str:
+    return (f"{i:06d}" * (size // 6 + 1))[:size]
+
+
+@workflow.defn
+class FleetWork(Work):
+    outlive_heartbeat = timedelta(seconds=2)
+
+    @workflow.run
+    async def run(self, report: dict[str, str]) -> dict[str, Any]:
+        return await self.drive(self.attempt, report)
+
+    async def attempt(self, a: Attempt, report: dict[str, str]) -> dict[str, Any]:
+        out = [await a.step(k, part, report[k]) for k in sorted(report)]
+        acc = await a.accept({"digest": " ".join(out)})
+        return {"digest": acc.digest, "attempt": a.number}
+
+
+@workflow.defn
+class HoldWork(Work):
+    outlive_heartbeat = timedelta(seconds=1)
+
+    @workflow.run
+    async def run(self, report: dict[str, str]) -> dict[str, Any]:
+        return await self.drive(self.attempt, report)
+
+    async def attempt(self, a: Attempt, report: dict[str, str]) -> dict[str, Any]:
+        out = [await a.step(k, held, report[k]) for k in sorted(report)]
+        acc = await a.accept({"digest": " ".join(out)})
+        return {"digest": acc.digest, "attempt": a.number, "text": " ".join(out)}
+
+
+@workflow.defn
+class BigWork(Work):
+    """``n`` steps of ``size`` bytes each, continuing as new every 250 steps."""
+
+    outlive_continue_after = 250
+
+    @workflow.run
+    async def run(self, spec: dict[str, int]) -> dict[str, Any]:
+        return await self.drive(self.attempt, spec)
+
+    async def attempt(self, a: Attempt, spec: dict[str, int]) -> dict[str, Any]:
+        total = 0
+        for i in range(spec["n"]):
+            r = await a.step(f"s{i}", blob, i, spec["size"], reads={"i": i, "size": spec["size"]},
+                             start_to_close_timeout=timedelta(seconds=30))
+            assert r.startswith(f"{i:06d}")
+            total += len(r)
+        return {"bytes": total, "attempt": a.number,
+                "generation": self.outlive.generation}
+
+
+WORKFLOWS = [FleetWork, HoldWork, BigWork]
+ACTIVITIES = [part, held, blob]

@@ -1,0 +1,140 @@
+"""The in-engine shape, in one process: a step in the user's workflow, takeover by Temporal's own
+heartbeat timeout, a rebuild when the input moves on, bounded state, replay."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import temporal_engine_app as app
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Worker
+
+from outlive.errors import PayloadTooLarge
+from outlive.records import AttemptState
+from outlive_temporal import DevServer, FileStore, OutlivePlugin, WorkHandle, typed_error
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}/{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+async def client(temporal_server: DevServer) -> Client:
+    return await Client.connect(temporal_server.address, plugins=[OutlivePlugin()])
+
+
+@pytest.fixture(scope="module")
+async def queue(client: Client) -> AsyncIterator[str]:
+    name = f"engine-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=name, workflows=app.WORKFLOWS, activities=app.ACTIVITIES):
+        yield name
+
+
+async def _history_events(client: Client, wid: str) -> list[Any]:
+    return [e async for e in client.get_workflow_handle(wid).fetch_history_events()]
+
+
+async def test_steps_run_as_the_users_activities_and_restore_by_input_key(
+        client: Client, queue: str) -> None:
+    wid = _id("digest/plain")
+    app.CALLS.clear()
+    res = await client.execute_workflow(app.HoldWork.run, {"s1": "a", "s2": "b"}, id=wid,
+                                        task_queue=queue)
+    assert res["attempt"] == 1 and res["text"] == "A B"
+    st = await WorkHandle.of(client, wid).state()
+    assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
+    assert [e.step for e in st.journal] == ["s1", "s2"]
+    assert st.acceptances[0].version == "v1"
+    dep = await WorkHandle.of(client, wid).dependable("strict")
+    assert dep is not None and dep["content"] == {"digest": "A B"}
+    # only the user's activities ran: no outlive activity, no update per step
+    events = await _history_events(client, wid)
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled == ["held", "held"]
+    assert not any(e.HasField("workflow_execution_update_accepted_event_attributes") for e in events)
+
+
+async def test_a_silent_step_is_taken_over_by_the_engine(client: Client, queue: str) -> None:
+    """Attempt #1's step s2 stops heartbeating: Temporal times it out, the workflow marks #1
+    unknown, admits #2 with a larger token, and #2 restores s1 by input key."""
+    wid = _id("digest/silent")
+    app.CALLS.clear()
+    hold = app.HOLD["silent-b"] = asyncio.Event()
+    try:
+        res = await client.execute_workflow(app.HoldWork.run, {"s1": "silent-a", "s2": "silent-b"},
+                                            id=wid, task_queue=queue)
+    finally:
+        hold.set()
+    assert res["attempt"] == 2
+    st = await WorkHandle.of(client, wid).state()
+    assert [(a.number, a.token, a.state) for a in st.attempts] == [
+        (1, 1, AttemptState.UNKNOWN), (2, 2, AttemptState.FINISHED)]
+    assert app.CALLS.count("silent-a") == 1          # s1 restored, not re-run
+    assert app.CALLS.count("silent-b") == 2          # the silent call and the successor's
+    events = await _history_events(client, wid)
+    timed_out = [e for e in events if e.HasField("activity_task_timed_out_event_attributes")]
+    assert len(timed_out) == 1
+
+
+async def test_a_corrected_input_makes_the_engine_rebuild_for_it(client: Client, queue: str) -> None:
+    """v2 is published while #1 works on v1: #1's candidate is for an old version, so the work
+    admits #2 pinned to v2, which restores the unchanged section and redoes the changed one."""
+    wid = _id("digest/rebuild")
+    app.CALLS.clear()
+    handle = await client.start_workflow(app.FleetWork.run, {"s1": "rb-a", "s2": "slow:1.5:rb-b"},
+                                         id=wid, task_queue=queue)
+    await asyncio.sleep(0.5)
+    await WorkHandle(handle).publish("v2", {"s1": "rb-a", "s2": "slow:0:rb-b2"})
+    res = await handle.result()
+    assert res["attempt"] == 2
+    st = await WorkHandle(handle).state()
+    assert [a.pinned_version for a in st.attempts] == ["v1", "v2"]
+    assert [a.state for a in st.attempts] == [AttemptState.STOPPED, AttemptState.FINISHED]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1), ("s2", 2)]
+    assert st.acceptances[-1].version == "v2"
+    dep = await WorkHandle(handle).dependable("strict")
+    assert dep is not None and dep["content"] == {"digest": "RB-A RB-B2"}
+
+
+async def test_state_past_the_cap_fails_the_work_with_a_typed_error(
+        client: Client, queue: str) -> None:
+    """Without a store, 20 KB results would pass Temporal's 2 MB carry: the step that would
+    cross the cap fails the work with PayloadTooLarge instead of wedging every workflow task."""
+    wid = _id("big/capped")
+    with pytest.raises(WorkflowFailureError) as info:
+        await client.execute_workflow(app.BigWork.run, {"n": 200, "size": 20_000}, id=wid,
+                                      task_queue=queue)
+    err = typed_error(info.value.cause)
+    assert isinstance(err, PayloadTooLarge), info.value.cause
+    st = await WorkHandle.of(client, wid).state()
+    assert 50 < len(st.journal) < 100
+    assert st.attempts[-1].state is AttemptState.STOPPED
+
+
+async def test_a_thousand_steps_of_20kb_continue_as_new_with_results_by_reference(
+        temporal_server: DevServer, tmp_path: Any) -> None:
+    store = FileStore(str(tmp_path / "blobs"))
+    big = await Client.connect(temporal_server.address, plugins=[OutlivePlugin(store=store)])
+    name = f"big-{uuid.uuid4().hex[:8]}"
+    wid = _id("big/stored")
+    async with Worker(big, task_queue=name, workflows=app.WORKFLOWS, activities=app.ACTIVITIES,
+                      max_concurrent_activities=50):
+        res = await big.execute_workflow(app.BigWork.run, {"n": 1000, "size": 20_000}, id=wid,
+                                         task_queue=name)
+        assert res == {"bytes": 20_000_000, "attempt": 1, "generation": 3}
+        handle = big.get_workflow_handle(wid)
+        desc = await handle.describe()
+        assert desc.raw_description.workflow_execution_info.history_length < 2000
+        st = await WorkHandle(handle).state()
+    assert len(st.journal) == 1000
+    assert all(isinstance(e.result, dict) for e in st.journal)   # references, not 20 KB blobs
+    # history holds references: no event carries a 20 KB result; the last run's input carries
+    # the ledger and one ~90-byte reference per earlier result
+    async for event in handle.fetch_history_events():
+        limit = 100_000 if event.event_id == 1 else 16_000
+        assert event.ByteSize() < limit
