@@ -1,40 +1,39 @@
-"""The article's story on a real Restate server, with each attempt run as the work's *owner*.
+"""The article's story on a real Restate server: the user's own object runs each attempt, and
+Restate's own timers and cancel replace the silent one.
 
 Run ``python examples/restate_owner/q3_owner.py`` (after ``make install engine-restate``): it
-starts a throwaway Restate server and serves the ledger object, with the owner handler below,
-from this process, so that attempt #1's model call can be held from here (a paused worker).
+starts a throwaway Restate server and a deployment of ``q3_app`` (the user's app), registered once.
 
-Attempt #1 is one exclusive invocation of ``outlive_ledger/digest%2Fq3-report/q3_digest``. It
-summarises s1 and s2, then its s3 call hangs. The controller revokes it (Restate kills the
-invocation: what it journaled stays, the lock is freed), the corrected report is published, #2
-is admitted with a larger token and run as the next owner invocation: it restores s1 by input key
-and redoes s2, s3, s4. #1's call then returns, into an invocation Restate no longer has: nothing
-of it lands. The controller accepts #2's digest for v2; the announcement goes to a Restate
-handler with the operation key as Restate's idempotency key, so the resend after a lost
+This process only starts the work and later judges it: Restate drives the attempts. Attempt #1 is
+the invocation ``q3_desk/digest%2Fq3-report/digest``: it summarises s1 and s2, then its s3 call
+hangs. Meanwhile the corrected report v2 is published. #1 writes nothing for a whole lease, so
+Restate's lease check cancels its invocation (which frees the object's lock), marks it unknown,
+admits #2 pinned to v2 and sends #2's invocation: #2 restores s1 by input key and redoes s2, s3,
+s4. The controller accepts #2's digest for v2; attempt #3, admitted to announce it, sends it to a
+Restate handler with the operation key as Restate's idempotency key, so the resend after a lost
 acknowledgement posts nothing new.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import sys
+import tempfile
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 import outlive
 from outlive import Contract, Controller, EffectAmbiguous, StrictCurrent, Worker
-from outlive import ledger as L
+from outlive.records import AttemptState
 from outlive_restate import RestateBackend
-from outlive_restate.backend import serve_in_process
 from outlive_restate.effects import restate_sender
-from outlive_restate.owned import owner
 from outlive_restate.server import RestateServer
-from outlive_restate.services import FEED, ledger_app
 
+HERE = Path(__file__).parent
 WORK = "digest/q3-report"
 V1 = {
     "s1": "Q3 overview: demand held steady across all three regions.",
@@ -44,35 +43,6 @@ V1 = {
 }
 V2 = {**V1, "s2": "Revenue was 4.7 million for the quarter, up from 3.6 million in Q2."}
 CONTRACT = Contract(name="digest-form", version="1", assessor="example:completeness")
-calls: list[str] = []
-#: Attempt #1's s3 call waits here: the paused worker.
-hold = asyncio.Event()
-held = asyncio.Event()
-
-
-async def summarise(attempt: int, **section: str) -> str:
-    """Stand-in for a model call: one per section, reading only its own section."""
-    (name, text), = section.items()
-    calls.append(f"#{attempt}:{name}")
-    if attempt == 1 and name == "s3":
-        held.set()
-        await hold.wait()
-    return text.split(",")[0]
-
-
-@owner("q3_digest")
-async def q3_digest(worker: Worker, arg: Any) -> str:
-    """One attempt: every section (restored where the journal has its input), then a candidate."""
-    snap = worker.snapshot or {}
-    n = worker.attempt.number
-
-    async def model(**section: str) -> str:
-        return await summarise(n, **section)
-
-    for part, text in snap.items():
-        await worker.step(part, model, **{part: text})
-    cand = await worker.candidate({"sections": {p: worker.result(p) for p in snap}})
-    return cand.digest
 
 
 def assessor(candidate: outlive.Candidate, version: outlive.InputVersion | None) -> tuple[bool, str]:
@@ -80,66 +50,65 @@ def assessor(candidate: outlive.Candidate, version: outlive.InputVersion | None)
     return (sorted(sections) == sorted(V1) and all(sections.values()), "complete, well-formed")
 
 
-async def main(url: str) -> dict[str, Any]:
-    backend = await outlive.open_backend(url)
-    assert isinstance(backend, RestateBackend)
-    http = httpx.AsyncClient(timeout=30)
-    # this process serves the ledger object (and the example feed) with the owner handler
-    stop, task, _dep = await serve_in_process(http, backend.admin, ledger_app())
-    try:
-        for _ in range(400):  # registered is not yet callable (ENGINE-NOTES pitfall 9)
-            r = await http.post(f"{backend.ingress}/outlive_ledger/probe/q3_digest",
-                                content=b"{}", headers={"content-type": "application/json"})
-            if "needs attempt and token" in r.text:  # our handler answered
-                break
-            await asyncio.sleep(0.05)
-        return await _story(backend)
-    finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 5)
-        await http.aclose()
-        await backend.close()
+async def until(probe: Any, timeout: float = 90.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (got := await probe()):
+        if loop.time() > deadline:
+            raise TimeoutError("the story did not move on")
+        await asyncio.sleep(0.1)
+    return got
 
 
-async def _story(backend: RestateBackend) -> dict[str, Any]:
-    ctl = Controller(backend, clock=lambda: 0)
+async def main(server: RestateServer, log: Path) -> dict[str, Any]:
+    async with await outlive.open_backend(server.url + "&ledger=q3_desk") as backend:
+        assert isinstance(backend, RestateBackend)
+        return await _story(backend, log)
+
+
+async def _story(backend: RestateBackend, log: Path) -> dict[str, Any]:
+    ctl = Controller(backend)
     await ctl.open_work(WORK)
     await ctl.publish(WORK, "v1", V1)
-    first = await ctl.admit(WORK)
-    run1 = asyncio.ensure_future(backend.run_owner(WORK, "q3_digest", first, snapshot=V1, at=1))
-    await asyncio.wait_for(held.wait(), 60)
-    st = await ctl.state(WORK)
-    print(f"#1 (token {first.token}) journaled {[e.step for e in st.journal]}, "
-          f"then its s3 call hung")
+    hold = Path(f"{log}.hold")
+    hold.touch()
+    calls = lambda: log.read_text().split() if log.exists() else []  # noqa: E731
+    await backend.start_work(WORK, service="q3_desk", handler="digest", key=WORK,
+                             arg={"versions": {"v1": V1, "v2": V2}, "log": str(log)},
+                             lease=timedelta(seconds=2))
+    print("started: Restate drives the attempts from here")
 
-    killed = await backend.revoke_owner(WORK, first.number)
-    with contextlib.suppress(outlive.OutliveError):
-        await run1
+    async def s3_called() -> bool:
+        return "#1:s3" in calls()
+
+    await until(s3_called)
+    st = await ctl.state(WORK)
+    print(f"#1 journaled {[e.step for e in st.journal]}, then its s3 call hung")
     await ctl.publish(WORK, "v2", V2)
-    await backend.execute(WORK, L.MarkUnknown(attempt=first.number, at=5))
-    second = await ctl.admit(WORK)
-    print(f"revoked #1 ({killed} invocation killed), published v2, admitted #{second.number} "
-          f"with token {second.token}, pinned to {second.pinned_version}")
-    digest = await backend.run_owner(WORK, "q3_digest", second, snapshot=V2, at=6)
-    st = await ctl.state(WORK)
-    print("#2 journaled", [(e.step, f"#{e.attempt}") for e in st.journal])
+    print("the corrected report v2 is published")
 
-    hold.set()                         # #1's model call returns ...
-    await asyncio.sleep(0.5)
-    st = await ctl.state(WORK)
-    late = [e for e in st.journal if e.attempt == first.number and e.step == "s3"]
-    print(f"#1 woke: its s3 result landed {len(late)} times (Restate killed its invocation)")
+    async def second_done() -> Any:
+        st = await ctl.state(WORK)
+        return st if any(a.number == 2 and a.state is AttemptState.FINISHED
+                         for a in st.attempts) else None
 
-    acc = await ctl.assess(WORK, digest, CONTRACT, assessor)
-    print(f"accepted {digest[:8]} for {acc.version} under {acc.contract.name}")
+    st = await until(second_done)
+    hold.unlink()
+    print("attempts:", [(f"#{a.number}", a.state.value, a.pinned_version) for a in st.attempts])
+    print("journal:", [(e.step, f"#{e.attempt}") for e in st.journal])
+    late = [e for e in st.journal if e.attempt == 1 and e.step == "s3"]
 
-    # the announcement: an effect keyed by operation, sent to a Restate handler (the feed)
-    feed = restate_sender(backend.ingress, FEED, "post", key="newsletter")
-    announcer = Worker(backend, second, V2, clock=lambda: 9)
+    cand = next(c for c in st.candidates if c.attempt == 2)
+    acc = await ctl.assess(WORK, cand.digest, CONTRACT, assessor)
+    print(f"accepted {cand.digest[:8]} for {acc.version} under {acc.contract.name}")
+
+    # the announcement: an effect keyed by operation, sent to a Restate handler (the newsletter)
+    # by an attempt admitted for it (#2 has finished: a finished attempt writes nothing more)
+    feed = restate_sender(backend.ingress, "newsletter", "post", key="q3")
+    announcer = Worker(backend, await ctl.admit(WORK), V2)
     await announcer.start()
-    op = f"announce:{WORK}:{digest[:8]}"
-    payload = {"digest": digest[:8]}
+    op = f"announce:{WORK}:{cand.digest[:8]}"
+    payload = {"digest": cand.digest[:8]}
 
     async def lossy(key: str | None, body: Any) -> outlive.Receipt:
         await feed(key, body)                       # the feed applies the post ...
@@ -159,16 +128,17 @@ async def _story(backend: RestateBackend) -> dict[str, Any]:
     m = re.search(r"(\d+\.\d) million", dep.content["sections"]["s2"])
     figure = m.group(1) if m else None
     async with httpx.AsyncClient(timeout=30) as http:
-        r = await http.post(f"{backend.ingress}/{FEED}/{quote('newsletter')}/posts")
+        r = await http.post(f"{backend.ingress}/newsletter/q3/posts")
         r.raise_for_status()
         posts = r.json()
     print(f"the newsletter may depend on {dep.digest[:8]} and quotes {figure} million; "
-          f"{len(posts)} post(s); {len(calls)} model calls: {calls}")
-    return {"calls": len(calls), "posts": len(posts), "figure": figure,
+          f"{len(posts)} post(s); model calls: {calls()}")
+    return {"calls": len(calls()), "posts": len(posts), "figure": figure,
             "late_landed": len(late)}
 
 
 if __name__ == "__main__":
-    with RestateServer() as server:
-        print(asyncio.run(main(server.url)))
+    with RestateServer(app="q3_app:app", pythonpath=(str(HERE),), ledger="q3_desk") as server, \
+            tempfile.TemporaryDirectory() as tmp:
+        print(asyncio.run(main(server, Path(tmp) / "calls")))
     sys.exit(0)

@@ -7,6 +7,7 @@ launcher's reason (binary missing -> run `make engine-restate`).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,8 @@ from outlive_restate.server import RestateServer
 
 @pytest.fixture(scope="session")
 def restate_server() -> Iterator[RestateServer]:
-    with RestateServer() as srv:
+    # The tests' own app (restate_app.py: a user's services plus outlive's), registered once.
+    with RestateServer(app="restate_app:app", pythonpath=(str(Path(__file__).parent),)) as srv:
         yield srv
 
 

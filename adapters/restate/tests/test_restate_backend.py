@@ -172,7 +172,7 @@ async def test_garbage_on_the_wire_is_invalid_record(backend: outlive.Backend,
     w = wid()
     async with httpx.AsyncClient() as http:
         r = await http.post(f"{restate_server.ingress}/outlive_ledger/{w.replace('/', '%2F')}"
-                            f"/execute", content=b'{"@t":"Nope","v":{}}',
+                            f"/outlive_execute", content=b'{"@t":"Nope","v":{}}',
                             headers={"content-type": "application/json"})
     assert r.status_code == 400 and "InvalidRecord" in r.text
     assert await backend.load(w) is None
@@ -214,7 +214,7 @@ async def test_step_runs_once_and_body_errors_keep_their_type(backend: outlive.B
 
 
 async def test_unreachable_server_is_backend_unavailable() -> None:
-    from outlive_restate.backend import free_port
+    from outlive_restate.server import free_port
     url = f"restate://127.0.0.1:{free_port()}?admin={free_port()}"
     with pytest.raises(outlive.errors.BackendUnavailable, match="unreachable"):
         await outlive.open_backend(url)
@@ -229,19 +229,19 @@ async def test_effect_to_a_restate_handler_uses_the_operation_key(
         backend: outlive.Backend, restate_server: RestateServer) -> None:
     from outlive_restate.effects import http_sender, restate_sender
     feed = f"feed-{uuid.uuid4().hex[:8]}"
-    send = restate_sender(restate_server.ingress, "outlive_feed", "post", key=feed)
+    send = restate_sender(restate_server.ingress, "feed", "post", key=feed)
     op = f"announce:digest/q3-report:{uuid.uuid4().hex}"
     r1 = await send(op, {"msg": "digest"})
     r2 = await send(op, {"msg": "digest"})  # the resend of an unconfirmed post
     assert r1.effect_id == r2.effect_id == "P1" and not r1.duplicate and r2.duplicate
     r3 = await send(f"{op}:attempt-2", {"msg": "digest"})  # a per-attempt key: posted twice
     assert r3.effect_id == "P2" and not r3.duplicate
-    hs = http_sender(f"{restate_server.ingress}/outlive_feed/{feed}/post")
+    hs = http_sender(f"{restate_server.ingress}/feed/{feed}/post")
     h1 = await hs("other-op", {"msg": "x"})
     h2 = await hs("other-op", {"msg": "x"})  # the Idempotency-Key header, honoured by Restate
     assert h1.effect_id == h2.effect_id == "P3"
     async with httpx.AsyncClient() as http:
-        posts = (await http.post(f"{restate_server.ingress}/outlive_feed/{feed}/posts")).json()
+        posts = (await http.post(f"{restate_server.ingress}/feed/{feed}/posts")).json()
     assert [p["effect_id"] for p in posts] == ["P1", "P2", "P3"]
     # through the worker: intent, send with the key, confirmation
     w = wid()
@@ -256,19 +256,12 @@ async def test_effect_to_a_restate_handler_uses_the_operation_key(
 
 async def test_deployments_use_the_bidirectional_protocol(backend: outlive.Backend,
                                                           restate_server: RestateServer) -> None:
-    assert isinstance(backend, RestateBackend)
-    await backend.run_step(StepCall(work_id=wid(), attempt=1, token=1, step="s", input_key="k"),
-                           _one)
     async with httpx.AsyncClient() as http:
         deps = (await http.get(f"{restate_server.admin}/deployments")).json()["deployments"]
     by_service = {s["name"]: d for d in deps for s in d["services"]}
-    for name in ("outlive_ledger", backend.step_service):
+    for name in ("outlive_ledger", "outlive_lease", "reports"):
         assert by_service[name]["protocol_type"] == "BidiStream", by_service[name]
         assert by_service[name]["http_version"] == "HTTP/2.0"
-
-
-async def _one() -> int:
-    return 1
 
 
 async def test_oversized_step_result_through_the_engine_is_refused(
@@ -293,7 +286,7 @@ async def test_storage_layout_covers_every_collection_of_the_state() -> None:
     from dataclasses import fields
 
     from outlive.records import WorkState
-    from outlive_restate.services import _COLLECTIONS
+    from outlive_restate._ledger import _COLLECTIONS
 
     tuples = {f.name for f in fields(WorkState) if f.default == ()}
     assert tuples - {"journal", "attempts"} == set(_COLLECTIONS)

@@ -1,5 +1,6 @@
 """Faults on a real Restate server of its own: server SIGKILLed and restarted on the same base
-directory, the deployment process SIGKILLed and restarted mid-step, and no server at all.
+directory (under a client's burst of commands, and under an attempt running in the user's
+handler), the user's deployment SIGKILLed mid-step, and no server at all.
 
 Every command either completes exactly once (a retry with the same idempotency key attaches to
 the original invocation) or raises a typed error; the ledger is never half-written.
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,7 @@ import pytest
 import outlive
 from outlive import Contract, Controller, Worker
 from outlive import ledger as L
+from outlive.records import AttemptState, WorkState
 from outlive_restate import RestateBackend
 from outlive_restate.server import RestateServer
 
@@ -27,10 +31,38 @@ V1 = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.1 million.",
 CONTRACT = Contract(name="form", version="1", assessor="test")
 
 
+SECTIONS = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.7 million."}
+HERE = Path(__file__).parent
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[RestateServer]:
-    with RestateServer() as srv:
+    with RestateServer(app="restate_app:app", pythonpath=(str(HERE),)) as srv:
         yield srv
+
+
+async def until(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        got = probe()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return got
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+async def _finished(backend: RestateBackend, work: str) -> WorkState | None:
+    st = await backend.load(work)
+    if st is not None and any(a.state is AttemptState.FINISHED for a in st.attempts):
+        return st
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -87,49 +119,55 @@ async def test_server_restart_mid_run_resumes(server: RestateServer,
     assert sorted(e.step for e in st.journal) == ["s1", "s2", "s3", "s4"]
 
 
-async def test_deployment_killed_mid_step_work_completes(server: RestateServer,
-                                                          backend: RestateBackend) -> None:
-    w = f"faults/{uuid.uuid4().hex[:8]}"
-    ctl = Controller(backend, clock=lambda: 0)
-    await ctl.open_work(w)
-    await ctl.publish(w, "v1", V1)
-    a = await ctl.admit(w)
-    wk = Worker(backend, a, V1, clock=lambda: 1)
-    await wk.start()
-    entered, gate = asyncio.Event(), asyncio.Event()
-    calls = 0
+async def _handler_attempt_held_in_s2(server: RestateServer, backend: RestateBackend,
+                                      tmp_path: Path) -> tuple[str, Path, Path]:
+    """A work started in the user's handler (long lease), its attempt #1 held inside s2."""
+    work = f"faults/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-1-s2")
+    hold.touch()
+    ctl = Controller(backend)
+    await ctl.open_work(work)
+    await ctl.publish(work, "v1", SECTIONS)
+    await backend.start_work(work, service="reports", handler="summarise",
+                             arg={"sections": SECTIONS, "log": str(log)},
+                             lease=timedelta(minutes=10))
+    await until("#1 to be inside s2", lambda: "1:s2" in _calls(log))
+    return work, log, hold
 
-    async def held(**kw: str) -> dict[str, Any]:
-        nonlocal calls
-        calls += 1
-        entered.set()
-        await gate.wait()
-        return summarise(**kw)
 
-    step = asyncio.ensure_future(wk.step("s1", held, s1=V1["s1"]))
-    await asyncio.wait_for(entered.wait(), 10)
-    server.stop_deployment(hard=True)  # the ledger's deployment dies mid-step
-    gate.set()  # the body finishes; its journal write finds no deployment: Restate retries
-    await asyncio.sleep(0.5)
-    assert not step.done()
+async def test_deployment_killed_mid_step_handler_replays(server: RestateServer,
+                                                           backend: RestateBackend,
+                                                           tmp_path: Path) -> None:
+    """SIGKILL the user's deployment while a step's body runs: Restate retries the invocation
+    on the restarted deployment, the replay restores s1 from Restate's own journal (the model is
+    not asked again), and only the step that never journaled runs again, in the same attempt."""
+    work, log, hold = await _handler_attempt_held_in_s2(server, backend, tmp_path)
+    await asyncio.to_thread(server.stop_deployment, hard=True)
+    hold.unlink()
     await asyncio.to_thread(server.start_deployment)
-    await asyncio.wait_for(step, 30)
-    assert calls == 1, "the body ran more than once"
-    # and a kill/restart in the middle of a burst of commands
-    burst = asyncio.ensure_future(_beats(backend, w, a.number, a.token, 30))
-    await asyncio.sleep(0.02)
-    await asyncio.to_thread(server.restart_deployment, hard=True)
-    ok, failed = await burst
-    for k in ("s2", "s3", "s4"):
-        await wk.step(k, summarise, **{k: V1[k]})
-    cand = await wk.candidate({"text": "digest"})
-    await ctl.assess(w, cand.digest, CONTRACT, lambda c, v: (True, "ok"))
-    st = await backend.load(w)
-    assert st is not None
-    att = st.attempt(a.number)
-    assert att is not None and att.heartbeats == ok and failed == 0
-    assert sorted(e.step for e in st.journal) == ["s1", "s2", "s3", "s4"]
-    assert len(st.acceptances) == 1
+    st = await until("#1 to finish", lambda: _finished(backend, work), timeout=90)
+    assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.FINISHED)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert _calls(log).count("1:s1") == 1 and _calls(log).count("1:s2") == 2
+    assert st.stale_writes_applied == 0 and len(st.candidates) == 1
+
+
+async def test_server_killed_and_restarted_mid_step_handler_resumes(
+        server: RestateServer, backend: RestateBackend, tmp_path: Path) -> None:
+    """SIGKILL the Restate server while a step's body runs and start it again on the same base
+    directory: the invocation, its journal, the ledger and the lease timer all survive."""
+    work, log, hold = await _handler_attempt_held_in_s2(server, backend, tmp_path)
+    await asyncio.to_thread(server.stop_server, hard=True)
+    hold.unlink()
+    await asyncio.to_thread(server.start_server)
+    await asyncio.to_thread(server.wait_callable)
+    st = await until("the work to finish", lambda: _finished(backend, work), timeout=120)
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert _calls(log).count("1:s1") == 1
+    assert st.stale_writes_applied == 0 and len(st.candidates) == 1
+    lease = await backend.lease(work)
+    assert [d["attempt"] for d in lease["history"]] == [1]
 
 
 async def test_server_down_typed_error_then_recovers(server: RestateServer) -> None:
@@ -148,28 +186,3 @@ async def test_server_down_typed_error_then_recovers(server: RestateServer) -> N
         await b.execute(w, L.PublishInput(version="v1", parts={"s1": "h"}, at=0))
     finally:
         await b.close()
-
-
-async def test_durable_timer_marks_a_silent_attempt_unknown(backend: RestateBackend) -> None:
-    from datetime import timedelta
-    w = f"faults/{uuid.uuid4().hex[:8]}"
-    ctl = Controller(backend, clock=lambda: 0)
-    await ctl.open_work(w)
-    await ctl.publish(w, "v1", V1)
-    a = await ctl.admit(w)
-    # a live attempt beats after the timer is set: the timer leaves it alone
-    await backend.suspect_after(w, a.number, timedelta(milliseconds=300), at=7)
-    await backend.execute(w, L.Heartbeat(attempt=a.number, token=a.token, at=1))
-    await asyncio.sleep(1.0)
-    st = await backend.load(w)
-    att = st.attempt(a.number) if st else None
-    assert att is not None and att.state is outlive.AttemptState.RUNNING
-    # a silent one is marked unknown by the timer, with the logical time it was given
-    await backend.suspect_after(w, a.number, timedelta(milliseconds=300), at=9)
-    for _ in range(100):
-        st = await backend.load(w)
-        att = st.attempt(a.number) if st else None
-        if att is not None and att.state is outlive.AttemptState.UNKNOWN:
-            break
-        await asyncio.sleep(0.05)
-    assert att is not None and att.state is outlive.AttemptState.UNKNOWN

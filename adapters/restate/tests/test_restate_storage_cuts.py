@@ -1,11 +1,11 @@
 """The ledger's storage layout in Restate K/V state survives a write cut short at any point.
 
-An owner invocation can be killed (``revoke_owner``) between two of its state writes, and Restate
+An owner invocation can be cancelled or killed between two of its state writes, and Restate
 keeps the writes it had already journaled. The layout makes the core key the commit point, so
 whatever prefix of a command's writes landed, a reader sees the state from before the command,
 and the next command proceeds as if the cut write never happened. A real server cannot be made
 to kill between two given writes, so this test runs the storage functions of
-``outlive_restate.services`` over a plain dict standing in for one object's K/V state, and cuts
+``outlive_restate._ledger`` over a plain dict standing in for one object's K/V state, and cuts
 every write of a whole work's life (open, publish, admit, steps, candidate, acceptance, effect,
 finish, a successor) at every point. The same functions run against the real server in every
 other test of this adapter.
@@ -21,7 +21,7 @@ from outlive import Backend, Contract, Controller, Worker
 from outlive import ledger as L
 from outlive.errors import StaleOwner
 from outlive.records import WorkState
-from outlive_restate.services import _read_all, _rids, _view, _write
+from outlive_restate._ledger import _rids, _view, _write, read_all
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -62,7 +62,7 @@ def _run(data: dict[str, bytes], ops: list[tuple[str, str, bytes | None]]) -> di
 
 
 async def _full(key: str, data: dict[str, bytes]) -> WorkState | None:
-    view = await _read_all(_KV(key, data))  # type: ignore[arg-type]
+    view = await read_all(_KV(key, data))  # type: ignore[arg-type]
     return view.state if view is not None else None
 
 

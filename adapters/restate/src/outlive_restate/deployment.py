@@ -1,7 +1,8 @@
-"""``python -m outlive_restate.deployment --bind 127.0.0.1:PORT``: serve the ledger object.
+"""``python -m outlive_restate.deployment --bind 127.0.0.1:PORT [--app MODULE:ATTR]``: serve an app.
 
-``--import MODULE`` (repeatable) imports modules first, so the owner handlers they declare with
-:func:`outlive_restate.owned.owner` are served as handlers of the ledger object.
+``--app`` names the user's ASGI app (built with ``restate.app([...their services...,
+*outlive_restate.services()])`` or :func:`outlive_restate.app`); without it, only outlive's own
+objects are served (the ledger and the lease).
 
 A separate process on purpose: Restate owns retries of invocations whose deployment vanished, so
 this process can be killed and restarted on the same address mid-run and the work goes on.
@@ -19,8 +20,6 @@ import signal
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
-from .services import ledger_app
-
 __all__ = ["main"]
 
 
@@ -28,11 +27,16 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m outlive_restate.deployment")
     p.add_argument("--bind", required=True, help="HOST:PORT, loopback")
     p.add_argument("--protocol", choices=["bidi", "request_response"], default=None)
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first (it may declare owner handlers)")
+    p.add_argument("--app", default=None, metavar="MODULE:ATTR",
+                   help="the ASGI app to serve (default: outlive's own objects only)")
     args = p.parse_args(argv)
-    for mod in args.imports:
-        importlib.import_module(mod)
+    if args.app:
+        module, _, attr = args.app.partition(":")
+        app = getattr(importlib.import_module(module), attr or "app")
+    else:
+        from . import app as outlive_app
+
+        app = outlive_app(protocol=args.protocol)
     config = Config()
     config.bind = [args.bind]
     config.accesslog = None
@@ -52,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, shutdown)
-        await serve(ledger_app(args.protocol), config, shutdown_trigger=stop.wait)
+        await serve(app, config, shutdown_trigger=stop.wait)
 
     asyncio.run(run())
 

@@ -1,4 +1,4 @@
-"""Start a real Restate server plus the outlive deployment, on free loopback ports; stop by PID.
+"""Start a real Restate server plus one deployment of an app, on free loopback ports; stop by PID.
 
 Used by the pytest fixtures, the benchmark and ``make sweep-restate``::
 
@@ -9,6 +9,10 @@ restate-server`` (installed by ``make engine-restate``), launched directly: the 
 is a Node process that spawns the server under another PID (ENGINE-NOTES pitfall 7). Override it
 with ``OUTLIVE_RESTATE_SERVER=/path/to/restate-server``. Each server gets its own base directory
 (a temp dir unless given), so a restart with the same directory keeps every ledger.
+
+The deployment serves the app named by ``app="module:attr"`` (default: outlive's own objects) and
+is registered once, as a user registers any Restate app; restarting the deployment on the same
+address needs no new registration.
 """
 
 from __future__ import annotations
@@ -26,14 +30,22 @@ from types import TracebackType
 
 import httpx
 
-from .backend import free_port
-from .services import LEDGER
+from ._dispatch import LEASE
 
-__all__ = ["BINARY_ENV", "RestateServer", "default_binary", "main"]
+__all__ = ["BINARY_ENV", "RestateServer", "default_binary", "free_port", "main"]
 
 #: Environment variable that overrides the restate-server binary.
 BINARY_ENV = "OUTLIVE_RESTATE_SERVER"
 _REL = ".engines/restate/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server"
+
+
+def free_port() -> int:
+    """A free loopback TCP port (the tiny race with other binders is accepted)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def default_binary() -> Path:
@@ -49,20 +61,23 @@ def default_binary() -> Path:
 
 
 class RestateServer:
-    """One restate-server process and one deployment process serving ``outlive_ledger``."""
+    """One restate-server process and one deployment process serving one app."""
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None, *,
                  binary: str | os.PathLike[str] | None = None,
                  protocol: str | None = None, ready_timeout: float = 60.0,
-                 imports: tuple[str, ...] = (), pythonpath: tuple[str, ...] = ()) -> None:
+                 app: str | None = None, pythonpath: tuple[str, ...] = (),
+                 ledger: str | None = None) -> None:
         self.binary = Path(binary) if binary is not None else default_binary()
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(
             tempfile.mkdtemp(prefix="outlive-restate-"))
         self.protocol = protocol
-        #: Modules the deployment imports before serving (owner handlers of the ledger object).
-        self.imports = tuple(imports)
-        #: Directories put first on the deployment's PYTHONPATH (where ``imports`` live).
+        #: ``module:attr`` of the ASGI app the deployment serves (None: outlive's objects only).
+        self.app = app
+        #: The object keeping the ledgers, if not ``outlive_ledger`` (goes into :attr:`url`).
+        self.ledger = ledger
+        #: Directories put first on the deployment's PYTHONPATH (where ``app`` lives).
         self.pythonpath = tuple(pythonpath)
         self.ready_timeout = ready_timeout
         self.ingress_port = free_port()
@@ -74,7 +89,8 @@ class RestateServer:
 
     @property
     def url(self) -> str:
-        return f"restate://127.0.0.1:{self.ingress_port}?admin={self.admin_port}"
+        extra = f"&ledger={self.ledger}" if self.ledger else ""
+        return f"restate://127.0.0.1:{self.ingress_port}?admin={self.admin_port}{extra}"
 
     @property
     def ingress(self) -> str:
@@ -131,8 +147,8 @@ class RestateServer:
                "--bind", f"127.0.0.1:{self.deployment_port}"]
         if self.protocol:
             cmd += ["--protocol", self.protocol]
-        for mod in self.imports:
-            cmd += ["--import", mod]
+        if self.app:
+            cmd += ["--app", self.app]
         env = dict(os.environ)
         if self.pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(
@@ -150,8 +166,9 @@ class RestateServer:
         self._wait(listening, "the deployment", self.deployment)
 
     def register(self) -> None:
+        """Register the deployment once, as a user registers any app (never ``force``)."""
         body: dict[str, object] = {"uri": f"http://127.0.0.1:{self.deployment_port}",
-                                   "force": True}
+                                   "force": False}
         if self.protocol == "request_response":
             body["use_http_11"] = True
         r = httpx.post(f"{self.admin}/deployments", json=body, timeout=30)
@@ -160,13 +177,13 @@ class RestateServer:
                                f"{r.text[:500]}")
 
     def wait_callable(self) -> None:
-        """Healthy is not ready (pitfall 9): wait until a real ledger read succeeds."""
+        """Healthy is not ready: wait until a real call succeeds (the lease object's status)."""
         def call() -> bool:
-            r = httpx.post(f"{self.ingress}/{LEDGER}/__outlive_probe__/load", content=b"",
+            r = httpx.post(f"{self.ingress}/{LEASE}/__outlive_probe__/status", content=b"",
                            timeout=5)
             return r.status_code == 200
 
-        self._wait(call, "a first ledger call", self.server)
+        self._wait(call, "a first call", self.server)
 
     def _wait(self, probe: object, what: str, proc: subprocess.Popen[bytes] | None) -> None:
         deadline = time.monotonic() + self.ready_timeout
@@ -250,8 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m outlive_restate.server")
     p.add_argument("--base-dir", default=None)
     p.add_argument("--protocol", choices=["bidi", "request_response"], default=None)
+    p.add_argument("--app", default=None, metavar="MODULE:ATTR",
+                   help="the app the deployment serves (default: outlive's objects only)")
     args = p.parse_args(argv)
-    srv = RestateServer(args.base_dir, protocol=args.protocol)
+    srv = RestateServer(args.base_dir, protocol=args.protocol, app=args.app)
     t0 = time.monotonic()
     srv.start()
     print(f"restate ready at {srv.url} in {time.monotonic() - t0:.2f}s "

@@ -1,0 +1,319 @@
+"""outlive inside the user's own Restate handler: the attempt's worker comes from ``ctx``.
+
+As ``restate.ext.pydantic`` wraps a handler's context for an agent, :func:`attempt` (or
+:func:`worker`) wraps it for outlive's :class:`~outlive.Worker`, inside the user's Service,
+Virtual Object or Workflow handler, served by the user's deployment::
+
+    @my_service.handler()
+    async def summarise(ctx: restate.Context, report: dict) -> dict:
+        async with outlive_restate.attempt(ctx, snapshot=report) as w:
+            for name, text in report.items():
+                await w.step(name, model, **{name: text})
+            cand = await w.candidate(...)
+        return {"digest": cand.digest}
+
+* a step is one ``ctx.run_typed`` entry of *this* invocation (``max_attempts=1``): a retried or
+  replayed invocation restores it from Restate's journal, and a successor attempt restores it by
+  input key from the work's ledger;
+* every ledger write is a durable call (or, for a step's journal write, a durable one-way send)
+  to the work's ledger object, fenced by the attempt's token there;
+* the clock is journaled: a step's time is the one journaled with its result, any other
+  command's time is ``ctx.time()``; nothing is invented, so a replay issues the same commands.
+
+Which attempt a handler runs comes from the invocation's headers, set by the dispatcher that
+sent it (:mod:`._dispatch`); a handler can also be given them explicitly.
+
+**The owner shape.** When the handler is an exclusive handler of the Virtual Object that keeps
+the work's ledger (:func:`~outlive_restate.keep_ledger` on the user's own object, the key being
+the work id), Restate's per-key lock already makes the attempt the ledger's only writer: the
+commands are applied in this invocation with the core ledger (:class:`OwnedBackend`), and a step
+costs one ``ctx.run_typed`` entry plus its state writes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any, Literal
+
+import restate
+from restate.serde import BytesSerde
+from restate.server_context import current_context
+
+from outlive import codec
+from outlive import ledger as L
+from outlive.backend import Backend, StepCall
+from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected, StaleOwner
+from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
+from outlive.worker import Persist, Worker
+
+from . import _errors
+from ._ledger import EXECUTE, LEDGER, LOAD, _rids, _View, _write, read_all
+
+__all__ = [
+    "HEADER_ATTEMPT",
+    "HEADER_LEDGER",
+    "HEADER_TOKEN",
+    "HEADER_WORK",
+    "HandlerBackend",
+    "OwnedBackend",
+    "Snapshot",
+    "Write",
+    "attempt",
+    "attempt_headers",
+    "worker",
+]
+
+#: Invocation headers naming the attempt a handler runs (set by the dispatcher).
+HEADER_WORK = "x-outlive-work"
+HEADER_ATTEMPT = "x-outlive-attempt"
+HEADER_TOKEN = "x-outlive-token"
+HEADER_LEDGER = "x-outlive-ledger"
+
+#: How a step's fenced journal write leaves the handler: "send" (a durable one-way send to the
+#: ledger object, delivered in order before the attempt's next call, so a refusal surfaces at the
+#: attempt's next awaited write) or "call" (awaited: the step returns once the ledger answered).
+Write = Literal["send", "call"]
+
+_B = BytesSerde()
+
+
+def attempt_headers(work_id: str, attempt: Attempt, ledger: str = LEDGER) -> dict[str, str]:
+    """The headers that tell a handler which attempt it runs (what the dispatcher sends)."""
+    return {HEADER_WORK: work_id, HEADER_ATTEMPT: str(attempt.number),
+            HEADER_TOKEN: str(attempt.token), HEADER_LEDGER: ledger}
+
+
+class HandlerBackend(Backend):
+    """A Backend over one handler invocation: ledger commands as durable calls, steps as runs."""
+
+    capabilities = frozenset({"atomic-commands", "durable", "engine-steps"})
+
+    def __init__(self, ctx: restate.Context, *, ledger: str = LEDGER, write: Write = "send") -> None:
+        super().__init__(f"restate+handler://{ledger}")
+        if write not in ("send", "call"):
+            raise InvalidRecord(f"write is 'send' or 'call', not {write!r}")
+        self.ctx = ctx
+        self.ledger = ledger
+        self.write = write
+        #: The last journaled time (ms): the Worker's clock inside a handler.
+        self.now = 0
+        self._first_load: WorkState | None = None
+
+    def clock(self) -> int:
+        return self.now
+
+    async def tick(self) -> int:
+        """Read the time through the journal (``ctx.time()``): a replay reads the same value."""
+        self.now = max(self.now, int(await self.ctx.time() * 1000))
+        return self.now
+
+    async def _stamp(self, command: L.Command) -> L.Command:
+        """A command timed now, through the journal (a step's write keeps its step's time)."""
+        if isinstance(command, L.RecordSteps) or not hasattr(command, "at"):
+            return command
+        return replace(command, at=await self.tick())  # type: ignore[arg-type]
+
+    async def _call(self, handler: str, work_id: str, body: bytes) -> bytes:
+        try:
+            raw: bytes = await self.ctx.generic_call(self.ledger, handler, body, key=work_id)
+        except restate.TerminalError as exc:
+            raise _errors.from_terminal(exc) from None
+        return raw
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        command = await self._stamp(command)
+        out = _errors.loads(await self._call(EXECUTE, work_id, _errors.dumps(command)))
+        if not isinstance(out, L.Outcome):
+            raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
+        return out
+
+    async def load(self, work_id: str) -> WorkState | None:
+        if self._first_load is not None and self._first_load.work_id == work_id:
+            st, self._first_load = self._first_load, None   # the worker's start reuses it
+            return st
+        raw = await self._call(LOAD, work_id, b"")
+        if not raw:
+            return None
+        st = _errors.loads(raw)
+        if not isinstance(st, WorkState):
+            raise InvalidRecord(f"{work_id}: the ledger state is corrupt", work_id=work_id)
+        return st
+
+    async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """The body as one ``ctx.run_typed`` entry; its journaled value carries the time."""
+        async def action() -> bytes:
+            result = await fn()
+            return json.dumps({"v": codec.encode(result), "t": int(time.time() * 1000)},
+                              separators=(",", ":")).encode()
+
+        raw: bytes = await self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action,
+                                              restate.RunOptions(max_attempts=1, serde=_B))
+        entry = json.loads(raw)
+        self.now = max(self.now, int(entry["t"]))
+        return codec.decode(entry["v"])
+
+    async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                             record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
+        result = await self.run_step(call, fn)
+        body = _errors.dumps(record(result))
+        if self.write == "call":
+            out = _errors.loads(await self._call(EXECUTE, call.work_id, body))
+            return result, out
+        self.ctx.generic_send(self.ledger, EXECUTE, body, key=call.work_id)
+        return result, L.Outcome(kind="sent")
+
+
+class OwnedBackend(HandlerBackend):
+    """The owner shape: this invocation holds the lock of the object that keeps the ledger.
+
+    Commands for ``ctx.key()`` are applied here, to the state read once at the invocation's
+    start (the lock guarantees no one else wrote it since), with the core's ``ledger.apply``
+    (fence, pins, limits, idempotence: nothing is skipped); only what changed is written with
+    ``ctx.set``. Commands for any other work go to that work's ledger as durable calls.
+    """
+
+    def __init__(self, ctx: restate.ObjectContext, *, ledger: str) -> None:
+        super().__init__(ctx, ledger=ledger, write="call")
+        self.octx = ctx
+        self._read = False
+        self._view: _View | None = None
+        self._journal: list[JournalEntry] = []
+        self._index: dict[str, int] = {}
+
+    async def _own(self) -> _View | None:
+        if not self._read:
+            # One read of everything, at the start of every execution of the invocation: the
+            # same reads on a replay, whatever this process has cached.
+            self._view = await read_all(self.octx)
+            self._read = True
+            if self._view is not None:
+                self._journal = list(self._view.state.journal)
+                self._index = {e.result_id: i for i, e in enumerate(self._journal)}
+        return self._view
+
+    async def load(self, work_id: str) -> WorkState | None:
+        if work_id != self.octx.key():
+            return await super().load(work_id)
+        view = await self._own()
+        if view is None:
+            return None
+        return replace(view.state, journal=tuple(self._journal))
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        if work_id != self.octx.key():
+            return await super().execute(work_id, command)
+        return await self._apply(work_id, await self._stamp(command))
+
+    async def _apply(self, work_id: str, command: L.Command) -> L.Outcome:
+        view = await self._own()
+        if view is not None:
+            # the ledger sees the entries the command names and the last one, as the ledger's
+            # handler does: a step costs the same at entry 10 and at entry 10,000
+            n = len(self._journal)
+            picked = sorted({self._index[r] for r in _rids(command) if r in self._index}
+                            | ({n - 1} if n else set()))
+            view = _View(n, replace(view.state, journal=tuple(self._journal[i] for i in picked)),
+                         view.stamps)
+        state = view.state if view is not None else None
+        new, outcome = L.apply(state, command, work_id=work_id)   # a rejection writes nothing
+        if new is not state:
+            self._view = _write(self.octx, view, new)
+            for e in new.journal[len(state.journal) if state is not None else 0:]:
+                self._index[e.result_id] = len(self._journal)
+                self._journal.append(e)
+        return outcome
+
+    async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                             record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
+        if call.work_id != self.octx.key():
+            return await super().run_and_record(call, fn, record)
+        result = await self.run_step(call, fn)
+        return result, await self._apply(call.work_id, record(result))
+
+
+def _service_of(ctx: restate.Context) -> str | None:
+    handler = getattr(ctx, "handler", None)
+    tag = getattr(handler, "service_tag", None)
+    return getattr(tag, "name", None)
+
+
+def _header(headers: dict[str, str], name: str) -> str | None:
+    for k, v in headers.items():
+        if k.lower() == name:
+            return v
+    return None
+
+
+Snapshot = Mapping[str, Any] | Callable[[str | None], Mapping[str, Any]] | None
+
+
+async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = None,
+                 persist: Persist = "step", write: Write = "send", work_id: str | None = None,
+                 number: int | None = None, token: int | None = None,
+                 ledger: str | None = None) -> Worker:
+    """The started Worker of the attempt this handler invocation runs.
+
+    ``ctx`` defaults to the running handler's. The attempt comes from the invocation's headers
+    (:func:`attempt_headers`) unless given. ``snapshot`` is the input the attempt works from, or
+    a function of the attempt's pinned version that returns it (a successor may be pinned to a
+    newer version than the one the work was started with). Raises :class:`~outlive.errors.StaleOwner` if the
+    attempt was replaced before it started (a late or repeated dispatch) and fencing is on.
+    """
+    ctx = ctx if ctx is not None else current_context()
+    if ctx is None:
+        raise InvalidRecord("outlive_restate.worker() runs inside a Restate handler")
+    headers = ctx.request().headers
+    try:
+        work = work_id if work_id is not None else _header(headers, HEADER_WORK)
+        num = number if number is not None else int(_header(headers, HEADER_ATTEMPT) or "")
+        tok = token if token is not None else int(_header(headers, HEADER_TOKEN) or "")
+    except ValueError as exc:
+        raise InvalidRecord(f"this invocation names no outlive attempt ({exc})") from exc
+    if not work:
+        raise InvalidRecord("this invocation names no outlive work (no x-outlive-work header)")
+    home = ledger or _header(headers, HEADER_LEDGER) or LEDGER
+    backend: HandlerBackend
+    if (home == _service_of(ctx) and isinstance(ctx, restate.ObjectContext)
+            and ctx.key() == work):
+        backend = OwnedBackend(ctx, ledger=home)
+    else:
+        backend = HandlerBackend(ctx, ledger=home, write=write)
+    await backend.tick()
+    state = await backend.load(work)
+    if state is None:
+        raise NotFound(f"work {work!r} is not open", work_id=work)
+    backend._first_load = state if not isinstance(backend, OwnedBackend) else None
+    att = state.attempt(num)
+    if att is None:
+        raise NotFound(f"attempt #{num} of {work!r} does not exist", attempt=num)
+    if att.state in (AttemptState.FINISHED, AttemptState.STOPPED):
+        raise Rejected(f"attempt #{num} of {work!r} is {att.state.value}: nothing to run",
+                       attempt=num)
+    # The headers' token, not the ledger's: a forged one must meet the fence, not be fixed up.
+    snap = snapshot(att.pinned_version) if callable(snapshot) else snapshot
+    w = Worker(backend, replace(att, token=tok), snap, persist=persist, clock=backend.clock)
+    await w.start()
+    if not await w.heartbeat() and state.policy.fencing:
+        raise StaleOwner(f"attempt #{num} of {work!r} was replaced before it started (token "
+                         f"{tok}, epoch {state.epoch})", token=tok, attempt=num, epoch=state.epoch)
+    return w
+
+
+@asynccontextmanager
+async def attempt(ctx: restate.Context | None = None, **options: Any) -> AsyncIterator[Worker]:
+    """``async with attempt(ctx) as w``: the attempt's worker, finished when the block ends.
+
+    An outlive rejection (a stale token, a version mismatch, ...) ends the invocation with the
+    same typed error as a TerminalError: Restate does not retry what the ledger refused. Any
+    other exception propagates unchanged (Restate retries it; journaled steps are restored).
+    """
+    try:
+        w = await worker(ctx, **options)
+        yield w
+        await w.finish()
+    except OutliveError as exc:
+        raise _errors.to_terminal(exc) from None

@@ -1,0 +1,309 @@
+"""The ledger's home in Restate: a Virtual Object keyed by work id holds the work's ledger.
+
+:func:`keep_ledger` adds two handlers to a Virtual Object: ``outlive_execute`` (exclusive: the
+only writer of a work's ledger) and ``outlive_load`` (shared: the last committed state, read
+beside the writer). Restate runs at most one exclusive invocation per key at a time, so "read,
+``outlive.ledger.apply``, write what changed" is atomic per work without any lock of ours, and
+durable because the state writes commit with the invocation's journal. A rejection ends the
+invocation with the typed error (:mod:`._errors`) before any ``ctx.set``: nothing is written.
+
+outlive ships one such object, :data:`ledger_object` (``outlive_ledger``); the owner shape keeps
+the ledger on the user's own object instead (:func:`keep_ledger` on it), so the user's exclusive
+handler and the ledger share one lock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, get_args
+
+import restate
+from restate.retry_policy import InvocationRetryPolicy
+from restate.serde import BytesSerde
+
+from outlive import codec
+from outlive import ledger as L
+from outlive.errors import InvalidRecord, OutliveError
+from outlive.records import JournalEntry, WorkState
+
+from . import _errors
+
+__all__ = ["EXECUTE", "LEDGER", "LOAD", "apply_command", "keep_ledger", "ledger_object"]
+
+#: Name of outlive's own ledger Virtual Object.
+LEDGER = "outlive_ledger"
+#: The ledger's handlers, on whichever object keeps it.
+EXECUTE = "outlive_execute"
+LOAD = "outlive_load"
+
+_B = BytesSerde()
+_COMMANDS = get_args(L.Command)
+
+
+# Storage layout in the object's K/V state (one Virtual Object per work):
+#   "core"      -> {"n": journal length, "k": {collection: [length, seq]}, "s": the WorkState's
+#                   scalars, its attempts and the journal's last entry}     (rewritten each change)
+#   "c/<name>/<seq>" -> one collection (inputs, candidates, acceptances or effects) as written
+#                   by the change with that seq; a new key only when a command changes it
+#   "j/<i>"     -> journal entry i                                   (written once)
+#   "r/<rid>"   -> "i": where the entry with result id <rid> lives    (written once)
+# A command writes the small core, the collections it changed and its new journal entries, never
+# the whole history again (a step does not re-encode the published input versions, say); all of
+# them commit with the invocation's journal.
+#
+# A command reads only what the pure ``ledger.apply`` looks at for it: the core, the non-empty
+# collections (the core says which), and for ``RecordSteps`` and ``SubmitCandidate`` the journal
+# entries they name by result id (to dedupe a retried write and to check a candidate's parts),
+# through "r/<rid>". So the reads are a function of the stored core and the command alone. That
+# matters: each read is a journal entry Restate replays, and a replay that reads differently fails
+# with a journal mismatch (RT0016; reads that depended on an in-process cache once did exactly
+# that). ``apply`` then runs on a *view* of the state whose journal holds those entries and the
+# last one, in journal order: it dedupes against them, appends after them, and its
+# ``journal[-1]`` is the real last entry. An index that points at or past "n", or at another
+# entry, is an entry that never committed (a write cut short by a kill, see ``owned``): it counts
+# as absent. The core is the commit point: every other key a command writes is one no committed
+# core reaches yet (an entry at or past "n", an index checked against it, a collection under a
+# seq no core names), so a write cut short anywhere leaves the state as it was plus unreachable
+# keys, which the next committed write overwrites. A replaced collection's old key is cleared
+# after the core moved on. Decoded values are cached in-process to save decoding only: a cached
+# value is used when the bytes Restate hands us are the ones it was decoded from.
+_CORE = "core"
+#: Kept apart from the core. Attempts stay in the core: a write by an attempt touches its
+#: attempt record (sign of life) and the core is written anyway.
+_COLLECTIONS = ("inputs", "candidates", "acceptances", "effects")
+_DECODED: dict[tuple[str, str], tuple[bytes, Any]] = {}
+_CACHE_MAX = 8192
+
+
+@dataclass(frozen=True)
+class _View:
+    """The state a command sees: ``n`` journal entries stored, ``state.journal`` a sorted subset.
+
+    ``stamps`` names the stored collections: ``{name: (length, seq)}``.
+    """
+
+    n: int
+    state: WorkState
+    stamps: dict[str, tuple[int, int]]
+
+
+def _corrupt(key: str, why: object) -> InvalidRecord:
+    return InvalidRecord(f"the stored ledger of {key!r} is corrupt: {why}", work_id=key)
+
+
+def _remember(key: tuple[str, str], raw: bytes, value: Any) -> None:
+    if key not in _DECODED and len(_DECODED) >= _CACHE_MAX:
+        _DECODED.pop(next(iter(_DECODED)))
+    _DECODED[key] = (raw, value)
+
+
+def _core(key: str, core: bytes) -> tuple[int, dict[str, tuple[int, int]], WorkState]:
+    hit = _DECODED.get((key, _CORE))
+    if hit is not None and hit[0] == core:
+        got: tuple[int, dict[str, tuple[int, int]], WorkState] = hit[1]
+        return got
+    try:
+        head = json.loads(core)
+        n = int(head["n"])
+        stamps = {str(k): (int(v[0]), int(v[1])) for k, v in dict(head.get("k", {})).items()}
+        base = codec.decode(head["s"])
+    except (ValueError, KeyError, TypeError, AttributeError, OutliveError) as exc:
+        raise _corrupt(key, exc) from exc
+    if not isinstance(base, WorkState) or base.work_id != key or n < len(base.journal) or \
+            any(k not in _COLLECTIONS for k in stamps):
+        raise _corrupt(key, "bad core record")
+    _remember((key, _CORE), core, (n, stamps, base))
+    return n, stamps, base
+
+
+async def _collection(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str,
+                      stamp: tuple[int, int]) -> tuple[Any, ...]:
+    key = ctx.key()
+    count, seq = stamp
+    raw = await ctx.get(f"c/{name}/{seq}", serde=_B)
+    if raw is None:
+        raise _corrupt(key, f"{name} (seq {seq}) is missing")
+    hit = _DECODED.get((key, name))
+    if hit is not None and hit[0] == raw:
+        value: tuple[Any, ...] = hit[1]
+    else:
+        try:
+            value = codec.loads(raw)
+        except OutliveError as exc:
+            raise _corrupt(key, exc) from exc
+        if not isinstance(value, tuple):
+            raise _corrupt(key, f"{name} is a {type(value).__name__}")
+        _remember((key, name), raw, value)
+    if len(value) != count:
+        raise _corrupt(key, f"{name} holds {len(value)} records, the core says {count}")
+    return value
+
+
+async def _entry(ctx: restate.ObjectSharedContext | restate.ObjectContext, i: int) -> JournalEntry:
+    raw = await ctx.get(f"j/{i}", serde=_B)
+    if raw is None:
+        raise InvalidRecord(f"journal entry {i} of {ctx.key()!r} is missing", work_id=ctx.key())
+    try:
+        e = codec.loads(raw)
+    except OutliveError as exc:  # codec raises InvalidRecord for bad JSON and bad records
+        raise _corrupt(ctx.key(), exc) from exc
+    if not isinstance(e, JournalEntry):
+        raise _corrupt(ctx.key(), f"entry {i} is a {type(e).__name__}")
+    return e
+
+
+async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
+                rids: frozenset[str] = frozenset()) -> _View | None:
+    """The core, plus the committed entries whose result ids are in ``rids``."""
+    key = ctx.key()
+    core = await ctx.get(_CORE, serde=_B)
+    if not core:
+        return None
+    n, stamps, base = _core(key, core)
+    cols = {name: await _collection(ctx, name, stamps[name])
+            for name in _COLLECTIONS if name in stamps}
+    if cols:
+        base = replace(base, **cols)  # type: ignore[arg-type]
+    found: dict[int, JournalEntry] = {}
+    for rid in sorted(rids):  # sorted: the same reads in the same order on every replay
+        raw = await ctx.get(f"r/{rid}", serde=_B)
+        if raw is None:
+            continue
+        try:
+            i = int(raw)
+        except ValueError as exc:
+            raise _corrupt(key, exc) from exc
+        if not 0 <= i < n or i in found:
+            continue
+        e = base.journal[-1] if i == n - 1 and base.journal else await _entry(ctx, i)
+        if e.result_id == rid:
+            found[i] = e
+    if n:
+        found[n - 1] = base.journal[-1] if base.journal else await _entry(ctx, n - 1)
+    return _View(n, replace(base, journal=tuple(found[i] for i in sorted(found))), stamps)
+
+
+async def read_all(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> _View | None:
+    """The whole state, every journal entry included (``load``: restore and inspection)."""
+    view = await _view(ctx)
+    if view is None:
+        return None
+    entries = [await _entry(ctx, i) for i in range(view.n)]
+    return replace(view, state=replace(view.state, journal=tuple(entries)))
+
+
+def _rids(cmd: L.Command) -> frozenset[str]:
+    """The result ids ``apply`` looks up for ``cmd`` (the only journal entries it reads)."""
+    if isinstance(cmd, L.RecordSteps):
+        return frozenset(w.result_id for w in cmd.entries)
+    if isinstance(cmd, L.SubmitCandidate):
+        return frozenset([*(w.result_id for w in cmd.flush), *(p.result_id for p in cmd.parts)])
+    return frozenset()
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _View:
+    """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core.
+
+    Returns the view of what is now stored (``new`` itself as the state).
+    """
+    key = ctx.key()
+    old = view.state if view is not None else None
+    n, seen = (view.n, len(view.state.journal)) if view is not None else (0, 0)
+    # apply appends to the journal it was given and keeps its entries (identity), so checking
+    # the last one is enough (and O(1): an owner's view holds the whole journal)
+    if old is not None and seen and (len(new.journal) < seen
+                                     or new.journal[seen - 1] is not old.journal[-1]):
+        raise _corrupt(key, "a command rewrote journal history")  # apply never does
+    added = new.journal[seen:]
+    last: Any = None
+    for k, e in enumerate(added):
+        last = codec.encode(e)
+        ctx.set(f"j/{n + k}", _json(last), serde=_B)
+        ctx.set(f"r/{e.result_id}", str(n + k).encode(), serde=_B)
+    n += len(added)
+    before = view.stamps if view is not None else {}
+    stamps = dict(before)
+    for name in _COLLECTIONS:
+        value = getattr(new, name)
+        if value and (old is None or value is not getattr(old, name)):
+            raw = codec.dumps(value).encode()
+            ctx.set(f"c/{name}/{new.seq}", raw, serde=_B)
+            _remember((key, name), raw, value)
+            stamps[name] = (len(value), new.seq)
+        elif not value:
+            stamps.pop(name, None)
+    head = replace(new, journal=new.journal[-1:], inputs=(), candidates=(), acceptances=(),
+                   effects=())
+    enc = codec.encode(replace(head, journal=()))
+    if head.journal:  # the last entry, encoded once for its own key and the core
+        enc["v"]["journal"] = {"@l": [last if last is not None else codec.encode(head.journal[0])]}
+    core = _json({"n": n, "k": {k: list(v) for k, v in stamps.items()}, "s": enc})
+    ctx.set(_CORE, core, serde=_B)
+    _remember((key, _CORE), core, (n, stamps, head))
+    for name, (_count, seq) in before.items():
+        if stamps.get(name, (0, -1))[1] != seq:
+            ctx.clear(f"c/{name}/{seq}")  # replaced: the core no longer names it
+    return _View(n, new, stamps)
+
+
+async def apply_command(ctx: restate.ObjectContext, cmd: L.Command) -> L.Outcome:
+    """Apply ``cmd`` to this key's ledger: read what it needs, ``ledger.apply``, write the change."""
+    view = await _view(ctx, _rids(cmd))
+    state = view.state if view is not None else None
+    new, outcome = L.apply(state, cmd, work_id=ctx.key())
+    if new is not state:
+        _write(ctx, view, new)
+    return outcome
+
+
+def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
+    """Keep works' ledgers on ``obj`` (keyed by work id): add ``outlive_execute`` and ``outlive_load``.
+
+    Returns ``obj``. Serve it in your app and register the app once, as any deployment.
+    """
+    if EXECUTE in obj.handlers or LOAD in obj.handlers:
+        raise InvalidRecord(f"{obj.name!r} already keeps an outlive ledger")
+
+    async def execute(ctx: restate.ObjectContext, req: bytes) -> bytes:
+        """Apply one encoded command to this key's ledger; the only writer of the state."""
+        try:
+            cmd = codec.loads(req)
+            if not isinstance(cmd, _COMMANDS):
+                raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
+            return _errors.dumps(await apply_command(ctx, cmd))
+        except OutliveError as exc:
+            raise _errors.to_terminal(exc) from None
+
+    async def load(ctx: restate.ObjectSharedContext, req: bytes) -> bytes:
+        """The last committed state (empty body: never opened). Runs beside the writer."""
+        del req
+        try:
+            view = await read_all(ctx)
+        except OutliveError as exc:
+            raise _errors.to_terminal(exc) from None
+        return _errors.dumps(view.state) if view is not None else b""
+
+    obj.handler(name=EXECUTE, kind="exclusive", input_serde=_B, output_serde=_B)(execute)
+    obj.handler(name=LOAD, kind="shared", input_serde=_B, output_serde=_B)(load)
+    return obj
+
+
+#: outlive's own ledger object (the handler shape's default home of every work's ledger).
+ledger_object = keep_ledger(restate.VirtualObject(
+    LEDGER,
+    description="outlive: one work's ledger (fenced state machine) per key",
+    # A handler error that is not terminal is a bug or an outage: retry, but never forever.
+    invocation_retry_policy=InvocationRetryPolicy(
+        initial_interval=timedelta(milliseconds=50), max_interval=timedelta(seconds=2),
+        max_attempts=200, on_max_attempts="pause"),
+    # The state is the record; a finished command's journal is not needed. Completions are
+    # kept for the idempotency window in which a client retries a command (minutes).
+    journal_retention=timedelta(0),
+    idempotency_retention=timedelta(minutes=10),
+))

@@ -1,0 +1,88 @@
+"""A user's Restate app for the tests: their own service and object, with outlive inside.
+
+Served by a separate deployment process (``RestateServer(app="restate_app:app")``) and
+registered once, as any app. Each model call appends ``attempt:step`` to the file named in the
+argument (so a test counts calls across process deaths), and waits while ``<log>.hold-<attempt>-
+<step>`` exists (a paused worker, held as long as the test wants).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+from typing import Any
+
+import restate
+
+import outlive_restate
+from outlive import Worker
+
+reports = restate.Service("reports")
+#: The owner shape: the user's object keeps each work's ledger under the work id.
+desk = outlive_restate.keep_ledger(restate.VirtualObject("desk"))
+
+
+def _model(worker: Worker, log: str) -> Any:
+    async def summarise(**kw: str) -> dict[str, str]:
+        (name, text), = kw.items()
+        with open(log, "a") as f:
+            f.write(f"{worker.attempt.number}:{name}\n")
+        held = f"{log}.hold-{worker.attempt.number}-{name}"
+        while os.path.exists(held):
+            await asyncio.sleep(0.05)
+        with open(log, "a") as f:
+            f.write(f"{worker.attempt.number}:{name}:returned\n")
+        return {"summary": text.split(".")[0][:40]}
+
+    return summarise
+
+
+async def _work(w: Worker, arg: dict[str, Any]) -> dict[str, Any]:
+    sections: dict[str, str] = arg["sections"]
+    model = _model(w, str(arg["log"]))
+    for name, text in sections.items():
+        await w.step(name, model, **{name: text})
+    sums = {n: w.result(n)["summary"] for n in sections}
+    cand = await w.candidate({"sections": sums})
+    return {"digest": cand.digest, "attempt": w.attempt.number,
+            "restored": [s.step for s in w.steps.values() if s.restored]}
+
+
+@reports.handler()
+async def summarise(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    """The user's own handler: the attempt's worker comes from ctx."""
+    async with outlive_restate.attempt(ctx, snapshot=arg["sections"],
+                                       write=arg.get("write", "send")) as w:
+        return await _work(w, arg)
+
+
+@desk.handler()
+async def draft(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[str, Any]:
+    """The owner shape: an exclusive handler of the object that keeps the work's ledger."""
+    async with outlive_restate.attempt(ctx, snapshot=arg["sections"]) as w:
+        return await _work(w, arg)
+
+
+#: An example receiver that is itself a Restate handler: a feed keyed by name. Restate dedupes
+#: calls by idempotency key (a worker sends the operation key) for ``idempotency_retention``.
+feed = restate.VirtualObject("feed", idempotency_retention=timedelta(hours=24))
+
+
+@feed.handler()
+async def post(ctx: restate.ObjectContext, payload: Any) -> dict[str, Any]:
+    """Apply the post; the effect id is written with the effect, atomically."""
+    posts: list[Any] = await ctx.get("posts", type_hint=list) or []
+    effect_id = f"P{len(posts) + 1}"
+    posts.append({"effect_id": effect_id, "payload": payload})
+    ctx.set("posts", posts)
+    return {"effect_id": effect_id}
+
+
+@feed.handler(kind="shared")
+async def posts(ctx: restate.ObjectSharedContext) -> list[Any]:
+    got: list[Any] = await ctx.get("posts", type_hint=list) or []
+    return got
+
+
+app = outlive_restate.app(reports, desk, feed)

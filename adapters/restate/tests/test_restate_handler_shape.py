@@ -1,0 +1,239 @@
+"""The user's own handlers run the attempts; Restate's timers and cancel drive takeover.
+
+One server and one deployment of the user's app (``restate_app``), registered once. Clients only
+start works; the tests then watch the ledger (read-only) while Restate does the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import outlive
+from outlive import Contract, Controller
+from outlive import ledger as L
+from outlive.errors import StaleOwner
+from outlive.records import AttemptState, WorkState
+from outlive_restate import RestateBackend
+from outlive_restate._errors import from_message
+from outlive_restate.server import RestateServer
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+HERE = Path(__file__).parent
+SECTIONS = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.7 million."}
+FORM = Contract(name="form", version="1", assessor="test")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RestateServer]:
+    with RestateServer(app="restate_app:app", pythonpath=(str(HERE),)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+async def backend(server: RestateServer) -> AsyncIterator[RestateBackend]:
+    async with await outlive.open_backend(server.url) as b:
+        assert isinstance(b, RestateBackend)
+        yield b
+
+
+async def until(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        got = await probe()
+        if got:
+            return got
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def finished(backend: RestateBackend, work: str) -> WorkState | None:
+    st = await backend.load(work)
+    if st is not None and any(a.state is AttemptState.FINISHED for a in st.attempts):
+        return st
+    return None
+
+
+def calls(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+async def open_and_start(backend: RestateBackend, work: str, log: Path, *,
+                         lease: timedelta = timedelta(seconds=30), **target: Any) -> Controller:
+    ctl = Controller(backend)
+    await ctl.open_work(work)
+    await ctl.publish(work, "v1", SECTIONS)
+    target.setdefault("service", "reports")
+    target.setdefault("handler", "summarise")
+    arg = {"sections": SECTIONS, "log": str(log), **target.pop("extra", {})}
+    await backend.start_work(work, arg=arg, lease=lease, **target)
+    return ctl
+
+
+async def test_attempt_runs_in_the_users_handler(backend: RestateBackend, tmp_path: Path) -> None:
+    work = f"handler/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    ctl = await open_and_start(backend, work, log)
+    st = await until("the attempt to finish", lambda: finished(backend, work))
+    assert calls(log) == ["1:s1", "1:s1:returned", "1:s2", "1:s2:returned"]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert st.attempts[0].last_heartbeat > 1_000_000_000_000   # journaled wall time, in ms
+    (cand,) = st.candidates
+    acc = await ctl.assess(work, cand.digest, FORM, lambda c, v: (True, "ok"))
+    assert acc.version == "v1"
+    status = await backend.lease(work)
+    assert [d["attempt"] for d in status["history"]] == [1]
+
+
+async def test_awaited_writes_give_the_same_journal(backend: RestateBackend,
+                                                   tmp_path: Path) -> None:
+    work = f"handler/{uuid.uuid4().hex[:8]}"
+    await open_and_start(backend, work, tmp_path / "calls", extra={"write": "call"})
+    st = await until("the attempt to finish", lambda: finished(backend, work))
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert len(st.candidates) == 1
+
+
+async def test_starting_twice_is_one_attempt(backend: RestateBackend, tmp_path: Path) -> None:
+    work = f"handler/{uuid.uuid4().hex[:8]}"
+    await open_and_start(backend, work, tmp_path / "calls")
+    again = await backend.start_work(work, service="reports", handler="summarise",
+                                     arg={"sections": SECTIONS, "log": str(tmp_path / "x")})
+    assert again["attempt"] == 1
+    st = await until("the attempt to finish", lambda: finished(backend, work))
+    assert len(st.attempts) == 1
+
+
+async def test_work_completes_with_every_client_killed_and_a_paused_worker_replaced(
+        server: RestateServer, backend: RestateBackend, tmp_path: Path) -> None:
+    """The article's t2-t8 with no client left: #1 goes silent inside s2, Restate's lease
+    check finds it silent, cancels it, marks it unknown and dispatches #2, which restores s1 by
+    input key and finishes. #1 is released after: Restate's cancel ended it, nothing of it lands."""
+    work = f"handler/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-1-s2")
+    hold.touch()
+    client = subprocess.Popen(
+        [sys.executable, str(HERE / "restate_client.py"), server.url, work, str(log), "1500"],
+        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)})
+    assert client.stdout is not None
+    line = await asyncio.get_running_loop().run_in_executor(None, client.stdout.readline)
+    client.send_signal(signal.SIGKILL)   # every client is gone from here on
+    client.wait(10)
+    assert line.strip() == b"started #1"
+
+    st = await until("a successor to finish", lambda: finished(backend, work), timeout=90)
+    assert [(a.number, a.state) for a in st.attempts] == [
+        (1, AttemptState.UNKNOWN), (2, AttemptState.FINISHED)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2)]
+    assert "2:s1" not in calls(log)            # restored by input key, not asked again
+    lease = await backend.lease(work)
+    assert [d["attempt"] for d in lease["history"]] == [1, 2]
+
+    invocation = lease["history"][0]["invocation"]
+    hold.unlink()                              # whatever of #1 could still run may run now
+    await until("#1's invocation to end", lambda: _ended(server, invocation))
+    assert "cancel" in (await _output(server, invocation)).lower()
+    st = await backend.load(work)
+    assert st is not None
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2)]
+    assert st.stale_writes_applied == 0
+    assert len(st.candidates) == 1 and st.candidates[0].attempt == 2
+
+
+async def test_late_write_of_paused_handler_is_refused(server: RestateServer,
+                                                       backend: RestateBackend,
+                                                       tmp_path: Path) -> None:
+    """Without Restate's cancel (an operator replaced #1 by hand, the lease was long), the
+    ledger's fence is what refuses #1's late write: #1 wakes, writes with token 1 after the
+    epoch moved to 2, and gets StaleOwner; nothing of it lands."""
+    work = f"handler/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-1-s2")
+    hold.touch()
+    ctl = await open_and_start(backend, work, log, lease=timedelta(minutes=10),
+                               extra={"write": "call"})
+    await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
+    await backend.execute(work, L.MarkUnknown(attempt=1, at=1))
+    second = await ctl.admit(work)
+    assert second.token == 2
+    invocation = (await backend.lease(work))["history"][0]["invocation"]
+    hold.unlink()
+    await until("#1's invocation to end", lambda: _ended(server, invocation))
+    assert "1:s2:returned" in calls(log)       # it did wake and try
+    out = await _output(server, invocation)
+    assert isinstance(from_message(json.loads(out)["message"]), StaleOwner), out
+    st = await backend.load(work)
+    assert st is not None
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1)]
+    assert st.stale_writes_applied == 0 and not st.candidates
+
+
+async def _has(log: Path, line: str) -> bool:
+    return line in calls(log)
+
+
+async def _output(server: RestateServer, invocation: str) -> str:
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"{server.ingress}/restate/invocation/{invocation}/output")
+    return r.text
+
+
+async def _ended(server: RestateServer, invocation: str) -> bool:
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{server.admin}/query", headers={"accept": "application/json"},
+                            json={"query": f"SELECT status FROM sys_invocation WHERE id = "
+                                           f"'{invocation}'"})
+    rows = r.json().get("rows", [])
+    return not rows or rows[0]["status"] == "completed"
+
+
+@pytest.fixture(scope="module")
+async def desk(server: RestateServer) -> AsyncIterator[RestateBackend]:
+    """The client side of the owner shape: the ledgers live on the user's own object ``desk``."""
+    async with await outlive.open_backend(server.url + "&ledger=desk") as b:
+        assert isinstance(b, RestateBackend)
+        yield b
+
+
+async def test_owner_shape_on_the_users_object(desk: RestateBackend, tmp_path: Path) -> None:
+    work = f"owner/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    await open_and_start(desk, work, log, service="desk", handler="draft", key=work)
+    st = await until("the owner to finish", lambda: finished(desk, work))
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert len(st.candidates) == 1 and calls(log).count("1:s1") == 1
+
+
+async def test_owner_shape_silent_owner_is_cancelled_and_replaced(
+        server: RestateServer, desk: RestateBackend, tmp_path: Path) -> None:
+    """The owner holds the object's lock while it runs; Restate's cancel ends it, which frees
+    the lock for the lease's MarkUnknown and the successor's invocation on the same key."""
+    work = f"owner/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-1-s2")
+    hold.touch()
+    try:
+        await open_and_start(desk, work, log, service="desk", handler="draft", key=work,
+                             lease=timedelta(milliseconds=1500))
+        st = await until("a successor to finish", lambda: finished(desk, work), timeout=90)
+    finally:
+        hold.unlink()
+    assert [(a.number, a.state) for a in st.attempts] == [
+        (1, AttemptState.UNKNOWN), (2, AttemptState.FINISHED)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2)]
+    assert "2:s1" not in calls(log)
