@@ -23,4 +23,4 @@ sweep-restate: install engine-restate
 	$(PY) -m outlive_restate.server -- $(VENV)/bin/outlive sweep --backend {url}
 
 bench-restate: install engine-restate
-	$(PY) -m outlive_restate.bench
+	$(PY) adapters/restate/bench/bench_restate.py

@@ -53,7 +53,7 @@ async def _work(w: Worker, arg: dict[str, Any]) -> dict[str, Any]:
 async def summarise(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
     """The user's own handler: the attempt's worker comes from ctx."""
     async with outlive_restate.attempt(ctx, snapshot=arg["sections"],
-                                       write=arg.get("write", "send")) as w:
+                                       write=arg.get("write", "call")) as w:
         return await _work(w, arg)
 
 

@@ -21,7 +21,7 @@ from outlive import Backend, Contract, Controller, Worker
 from outlive import ledger as L
 from outlive.errors import StaleOwner
 from outlive.records import WorkState
-from outlive_restate._ledger import _rids, _view, _write, read_all
+from outlive_restate._ledger import _view, _write, read_all
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -78,7 +78,7 @@ class _CutEverywhere(Backend):
         data = self.data.setdefault(work_id, {})
         before = await _full(work_id, data)
         kv = _KV(work_id, data)
-        view = await _view(kv, _rids(command))  # type: ignore[arg-type]
+        view = await _view(kv, L.reads(None, command))  # type: ignore[arg-type]
         state = view.state if view is not None else None
         new, outcome = L.apply(state, command, work_id=work_id)
         if new is state:
@@ -92,7 +92,7 @@ class _CutEverywhere(Backend):
                 assert seen == before, f"{type(command).__name__} cut after {cut} writes"
                 # ... and the same command applied on top of the torn state lands whole
                 kv2 = _KV(work_id, torn)
-                view2 = await _view(kv2, _rids(command))  # type: ignore[arg-type]
+                view2 = await _view(kv2, L.reads(None, command))  # type: ignore[arg-type]
                 new2, _ = L.apply(view2.state if view2 else None, command, work_id=work_id)
                 _write(kv2, view2, new2)  # type: ignore[arg-type]
                 assert await _full(work_id, _run(torn, kv2.ops)) == await _full(

@@ -7,6 +7,7 @@
   services and is registered once, as any Restate deployment; outlive registers nothing.
 * :meth:`RestateBackend.start_work` hands a work to Restate: its own delayed sends keep the lease,
   a silent attempt is cancelled with Restate's cancel, marked ``unknown`` and replaced.
+  :class:`RestateDispatcher` is the same for :class:`outlive.supervisor.Supervisor`.
 * The owner shape: :func:`keep_ledger` on the user's own Virtual Object keeps each work's ledger
   in the object keyed by the work id, so the attempt's exclusive handler holds the ledger's lock.
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from ._backend import RestateBackend
 from ._config import RestateConfig, parse_url
-from ._dispatch import LEASE, dispatch_key, lease_object
+from ._dispatch import LEASE, RestateDispatcher, dispatch_key, lease_object
 from ._engine import HandlerBackend, OwnedBackend, attempt, attempt_headers, worker
 from ._ledger import LEDGER, keep_ledger, ledger_object
 
@@ -35,6 +36,7 @@ __all__ = [
     "OwnedBackend",
     "RestateBackend",
     "RestateConfig",
+    "RestateDispatcher",
     "app",
     "attempt",
     "attempt_headers",

@@ -6,23 +6,34 @@ from the one that runs the attempt, so a lease check never waits behind the atte
 delayed call to an object queues behind that object's running exclusive handler).
 
 * ``start`` (called once by any client, then the client may go away): admits attempt #1 in the
-  work's ledger, sends the user's handler an invocation for it, and arms a check.
-* ``check`` (a delayed send to itself, every ``lease``): reads the attempt's record in the ledger.
-  If the attempt wrote nothing during the lease (its record is the one the previous check saw),
-  it is silent: its invocation is cancelled with Restate's cancel, it is marked ``unknown`` (never
-  failed), a successor is admitted with a larger token and its invocation sent to the same
-  handler. A finished or stopped attempt ends the checks.
+  work's ledger (or adopts the attempt a supervisor already admitted), sends the user's handler
+  an invocation for it, and arms a check.
+* ``check`` (a delayed send to itself): reads the attempt's record in the ledger. If the attempt
+  wrote nothing since the previous check (its record is the one that check saw) and its last
+  sign of life is a whole lease old, it is silent; otherwise the next check is armed for when a
+  lease will have passed since that sign of life. A silent attempt's invocation is cancelled
+  with Restate's cancel, it is marked ``unknown`` (never failed), a successor is admitted with a
+  larger token and its invocation sent to the same handler. An attempt that waits (on a
+  person, an outside event) is not silent. A finished attempt ends the checks (its candidate
+  awaits judgement); a stopped one (its candidate was refused) is replaced like a silent one.
+  ``max_attempts`` caps the attempts: then the lease gives up, said in its state, never a
+  silent loop.
+* ``cancel`` ends one attempt's invocation with Restate's cancel (a supervisor's ``stop``).
 * Every invocation carries the attempt in its headers and the idempotency key
   ``outlive:{work}#{attempt}``: a repeated dispatch of one attempt attaches to the same invocation.
 
-Times come from ``ctx.time()`` (journaled); nothing here reads a clock outside the journal.
+Times come from ``ctx.time()`` (journaled); nothing here reads a clock outside the journal. The
+attempt's last sign of life is the journaled time of its last write, taken in the user's
+deployment (``ctx.time()`` or a step's journaled end): the same machines' clocks as the checks'.
+Silence needs both a stale record and a lease of quiet, so a skewed clock delays a takeover at
+worst by one check; it never replaces an attempt that wrote since the previous check.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import restate
 from restate.serde import BytesSerde
@@ -30,18 +41,21 @@ from restate.serde import BytesSerde
 from outlive import ledger as L
 from outlive.errors import InvalidRecord, OutliveError
 from outlive.records import Attempt, AttemptState, WorkState
+from outlive.supervisor import Assignment, Dispatcher
 
 from . import _errors
 from ._engine import attempt_headers
 from ._ledger import EXECUTE, LEDGER, LOAD
 
-__all__ = ["LEASE", "dispatch_key", "lease_object", "start_request"]
+if TYPE_CHECKING:
+    from ._backend import RestateBackend
+
+__all__ = ["LEASE", "RestateDispatcher", "dispatch_key", "lease_object", "start_request"]
 
 #: Name of the lease Virtual Object.
 LEASE = "outlive_lease"
 
 _B = BytesSerde()
-_LIVE = (AttemptState.ADMITTED, AttemptState.RUNNING)
 
 lease_object = restate.VirtualObject(
     LEASE, description="outlive: keeps each work's attempt alive or replaces it (Restate timers)")
@@ -54,15 +68,21 @@ def dispatch_key(work_id: str, number: int) -> str:
 
 def start_request(*, service: str, handler: str, key: str | None = None, arg: Any = None,
                   lease: timedelta = timedelta(seconds=30), max_attempts: int = 10,
-                  ledger: str = LEDGER, pin: str | None = None) -> bytes:
-    """The body of ``outlive_lease/{work}/start``: plain JSON any HTTP client can send."""
+                  ledger: str = LEDGER, pin: str | None = None,
+                  adopt: tuple[int, int] | None = None) -> bytes:
+    """The body of ``outlive_lease/{work}/start``: plain JSON any HTTP client can send.
+
+    ``adopt=(attempt, token)`` dispatches an attempt already admitted (by a supervisor) instead
+    of admitting one.
+    """
     ms = int(lease.total_seconds() * 1000)
     if ms <= 0 or max_attempts < 1:
         raise InvalidRecord("a lease is positive and max_attempts at least 1")
     try:
         return json.dumps({"service": service, "handler": handler, "key": key, "arg": arg,
                            "lease_ms": ms, "max_attempts": max_attempts, "ledger": ledger,
-                           "pin": pin}, separators=(",", ":"), allow_nan=False).encode()
+                           "pin": pin, "adopt": list(adopt) if adopt else None},
+                          separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise InvalidRecord(f"a start request carries JSON values only: {exc}") from exc
 
@@ -85,11 +105,15 @@ async def _now(ctx: restate.ObjectContext) -> int:
     return int(await ctx.time() * 1000)
 
 
-async def _dispatch(ctx: restate.ObjectContext, target: dict[str, Any]) -> dict[str, Any]:
+async def _dispatch(ctx: restate.ObjectContext, target: dict[str, Any],
+                    adopt: Attempt | None = None) -> dict[str, Any]:
     """Admit the next attempt, send its invocation to the user's handler, arm its first check."""
-    out = await _ledger(ctx, target, EXECUTE, _errors.dumps(
-        L.Admit(at=await _now(ctx), pin=target.get("pin"))))
-    att: Attempt = out.record
+    if adopt is None:
+        out = await _ledger(ctx, target, EXECUTE, _errors.dumps(
+            L.Admit(at=await _now(ctx), pin=target.get("pin"))))
+        att: Attempt = out.record
+    else:
+        att = adopt
     headers = attempt_headers(ctx.key(), att, str(target["ledger"]))
     arg = json.dumps(target.get("arg")).encode()
     handle = ctx.generic_send(str(target["service"]), str(target["handler"]), arg,
@@ -106,9 +130,12 @@ async def _dispatch(ctx: restate.ObjectContext, target: dict[str, Any]) -> dict[
     return current
 
 
-def _arm(ctx: restate.ObjectContext, target: dict[str, Any], number: int, seen: list[Any]) -> None:
+def _arm(ctx: restate.ObjectContext, target: dict[str, Any], number: int, seen: list[Any],
+         delay_ms: int | None = None) -> None:
+    """Check attempt ``number`` again after ``delay_ms`` (default: one lease), durably."""
+    ms = max(20, int(target["lease_ms"]) if delay_ms is None else delay_ms)
     ctx.generic_send(LEASE, "check", json.dumps({"attempt": number, "seen": seen}).encode(),
-                     key=ctx.key(), send_delay=timedelta(milliseconds=int(target["lease_ms"])))
+                     key=ctx.key(), send_delay=timedelta(milliseconds=ms))
 
 
 @lease_object.handler(input_serde=_B)
@@ -122,8 +149,16 @@ async def start(ctx: restate.ObjectContext, req: bytes) -> dict[str, Any]:
         if await ctx.get("target", type_hint=dict) is not None:
             current: dict[str, Any] = await ctx.get("current", type_hint=dict) or {}
             return current   # already driven: starting twice is not a second attempt
+        adopt = None
+        if target.get("adopt"):
+            number, token = (int(x) for x in target["adopt"])
+            state: WorkState | None = await _ledger(ctx, target, LOAD, b"")
+            adopt = state.attempt(number) if state is not None else None
+            if adopt is None or adopt.token != token or not L.is_live(adopt):
+                raise InvalidRecord(f"attempt #{number} (token {token}) is not a live attempt "
+                                    f"of {ctx.key()!r}: nothing to dispatch")
         ctx.set("target", target)
-        return await _dispatch(ctx, target)
+        return await _dispatch(ctx, target, adopt)
     except (OutliveError, ValueError) as exc:
         err = exc if isinstance(exc, OutliveError) else InvalidRecord(str(exc))
         raise _errors.to_terminal(err) from None
@@ -142,15 +177,22 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     att = state.attempt(number) if state is not None else None
     if state is None or att is None:
         return "no such attempt"
-    if att.state in (AttemptState.FINISHED, AttemptState.STOPPED):
-        return f"attempt {att.state.value}"
-    if att.state in _LIVE and _sign(att) != r["seen"]:
-        _arm(ctx, target, number, _sign(att))
-        return "alive"
-    # Silent for a whole lease (or already marked unknown): Restate's cancel ends the
-    # invocation, the ledger records silence as unknown, and a successor is dispatched.
+    if att.state is AttemptState.FINISHED:
+        return "attempt finished"
+    lease = int(target["lease_ms"])
+    if L.is_live(att) and not L.is_leased(att):
+        _arm(ctx, target, number, _sign(att), lease)
+        return "waiting"
+    if L.is_leased(att):
+        quiet = await _now(ctx) - att.last_heartbeat
+        if _sign(att) != r["seen"] or quiet < lease:
+            # alive: check again when a lease has passed since its last sign of life
+            _arm(ctx, target, number, _sign(att), lease - quiet if 0 < quiet < lease else lease)
+            return "alive"
+    # Silent for a whole lease, marked unknown by someone else, or stopped: Restate's cancel
+    # ends the invocation, the ledger records silence as unknown, and a successor is sent.
     ctx.cancel_invocation(str(current["invocation"]))
-    if att.state in _LIVE:
+    if L.is_leased(att):
         await _ledger(ctx, target, EXECUTE, _errors.dumps(
             L.MarkUnknown(attempt=number, at=await _now(ctx))))
     if len(state.attempts) >= int(target["max_attempts"]):
@@ -160,6 +202,17 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     return f"replaced by #{nxt['attempt']}"
 
 
+@lease_object.handler(input_serde=_B)
+async def cancel(ctx: restate.ObjectContext, req: bytes) -> bool:
+    """End attempt ``{"attempt": n}``'s invocation with Restate's cancel; whether one was known."""
+    number = int(json.loads(req)["attempt"])
+    history: list[dict[str, Any]] = await ctx.get("history", type_hint=list) or []
+    found = [d for d in history if d["attempt"] == number]
+    for d in found:
+        ctx.cancel_invocation(str(d["invocation"]))
+    return bool(found)
+
+
 @lease_object.handler(kind="shared")
 async def status(ctx: restate.ObjectSharedContext) -> dict[str, Any]:
     """What the lease holds: the target, the current attempt, every dispatch, a give-up."""
@@ -167,3 +220,37 @@ async def status(ctx: restate.ObjectSharedContext) -> dict[str, Any]:
             "current": await ctx.get("current", type_hint=dict),
             "history": await ctx.get("history", type_hint=list) or [],
             "gave_up": await ctx.get("gave_up", type_hint=dict)}
+
+
+class RestateDispatcher(Dispatcher):
+    """The supervisor's dispatcher on Restate: attempts run in the user's handler, Restate's
+    lease checks replace silent ones (``drives_takeover``), Restate's cancel stops them.
+
+    ``service``/``handler`` name the user's handler; ``key`` its object key (``"{work}"`` is
+    replaced by the work id; None for a Service); ``arg`` its JSON input. The lease is the work
+    definition's (``heartbeat_interval * missed_beats``). The backend is the client side
+    (:class:`~outlive_restate.RestateBackend`), used only to hand the work over.
+    """
+
+    drives_takeover = True
+
+    def __init__(self, backend: RestateBackend, *, service: str, handler: str,
+                 key: str | None = None, arg: Any = None, max_attempts: int | None = None) -> None:
+        self.backend = backend
+        self.service = service
+        self.handler = handler
+        self.key = key
+        self.arg = arg
+        self.max_attempts = max_attempts
+
+    async def dispatch(self, assignment: Assignment) -> None:
+        d = assignment.definition
+        await self.backend.start_work(
+            assignment.work_id, service=self.service, handler=self.handler,
+            key=self.key.replace("{work}", assignment.work_id) if self.key else None,
+            arg=self.arg, lease=timedelta(milliseconds=d.lease.timeout),
+            max_attempts=self.max_attempts or d.max_attempts, pin=assignment.pinned_version,
+            adopt=(assignment.attempt, assignment.token))
+
+    async def stop(self, assignment: Assignment) -> None:
+        await self.backend.cancel_attempt(assignment.work_id, assignment.attempt)

@@ -47,11 +47,12 @@ from outlive import codec
 from outlive import ledger as L
 from outlive.backend import Backend, StepCall
 from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected, StaleOwner
+from outlive.hashing import canonical
 from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
 from . import _errors
-from ._ledger import EXECUTE, LEDGER, LOAD, _rids, _View, _write, read_all
+from ._ledger import EXECUTE, LEDGER, LOAD, _View, _write, read_all
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -73,9 +74,11 @@ HEADER_ATTEMPT = "x-outlive-attempt"
 HEADER_TOKEN = "x-outlive-token"
 HEADER_LEDGER = "x-outlive-ledger"
 
-#: How a step's fenced journal write leaves the handler: "send" (a durable one-way send to the
-#: ledger object, delivered in order before the attempt's next call, so a refusal surfaces at the
-#: attempt's next awaited write) or "call" (awaited: the step returns once the ledger answered).
+#: How a step's fenced journal write leaves the handler: "call" (the default: awaited, the step
+#: returns once the ledger answered, a refusal raises at once) or "send" (a durable one-way send
+#: to the ledger object, delivered in order before the attempt's next call to it; what needs the
+#: ledger's state to refuse — a stale token, a version mismatch — surfaces at the attempt's next
+#: awaited write, which the same fence refuses).
 Write = Literal["send", "call"]
 
 _B = BytesSerde()
@@ -92,7 +95,7 @@ class HandlerBackend(Backend):
 
     capabilities = frozenset({"atomic-commands", "durable", "engine-steps"})
 
-    def __init__(self, ctx: restate.Context, *, ledger: str = LEDGER, write: Write = "send") -> None:
+    def __init__(self, ctx: restate.Context, *, ledger: str = LEDGER, write: Write = "call") -> None:
         super().__init__(f"restate+handler://{ledger}")
         if write not in ("send", "call"):
             raise InvalidRecord(f"write is 'send' or 'call', not {write!r}")
@@ -159,10 +162,17 @@ class HandlerBackend(Backend):
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
         result = await self.run_step(call, fn)
-        body = _errors.dumps(record(result))
+        cmd = record(result)
+        body = _errors.dumps(cmd)
         if self.write == "call":
             out = _errors.loads(await self._call(EXECUTE, call.work_id, body))
             return result, out
+        # What the ledger would refuse from the command alone is refused here, before the send:
+        # a result that cannot be hashed or is too large. A stale token or a version mismatch
+        # needs the ledger's state: it refuses the sent write, and the attempt learns it at its
+        # next awaited write (which the same fence refuses).
+        canonical(result)
+        L.check_size(result, f"result of step {call.step!r}")
         self.ctx.generic_send(self.ledger, EXECUTE, body, key=call.work_id)
         return result, L.Outcome(kind="sent")
 
@@ -214,13 +224,13 @@ class OwnedBackend(HandlerBackend):
             # the ledger sees the entries the command names and the last one, as the ledger's
             # handler does: a step costs the same at entry 10 and at entry 10,000
             n = len(self._journal)
-            picked = sorted({self._index[r] for r in _rids(command) if r in self._index}
+            picked = sorted({self._index[r] for r in L.reads(view.state, command) if r in self._index}
                             | ({n - 1} if n else set()))
             view = _View(n, replace(view.state, journal=tuple(self._journal[i] for i in picked)),
                          view.stamps)
         state = view.state if view is not None else None
         new, outcome = L.apply(state, command, work_id=work_id)   # a rejection writes nothing
-        if new is not state:
+        if L.changed(state, new):
             self._view = _write(self.octx, view, new)
             for e in new.journal[len(state.journal) if state is not None else 0:]:
                 self._index[e.result_id] = len(self._journal)
@@ -252,7 +262,7 @@ Snapshot = Mapping[str, Any] | Callable[[str | None], Mapping[str, Any]] | None
 
 
 async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = None,
-                 persist: Persist = "step", write: Write = "send", work_id: str | None = None,
+                 persist: Persist = "step", write: Write = "call", work_id: str | None = None,
                  number: int | None = None, token: int | None = None,
                  ledger: str | None = None) -> Worker:
     """The started Worker of the attempt this handler invocation runs.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, get_args
+from typing import Any
 
 import restate
 from restate.retry_policy import InvocationRetryPolicy
@@ -39,7 +39,6 @@ EXECUTE = "outlive_execute"
 LOAD = "outlive_load"
 
 _B = BytesSerde()
-_COMMANDS = get_args(L.Command)
 
 
 # Storage layout in the object's K/V state (one Virtual Object per work):
@@ -54,9 +53,9 @@ _COMMANDS = get_args(L.Command)
 # them commit with the invocation's journal.
 #
 # A command reads only what the pure ``ledger.apply`` looks at for it: the core, the non-empty
-# collections (the core says which), and for ``RecordSteps`` and ``SubmitCandidate`` the journal
-# entries they name by result id (to dedupe a retried write and to check a candidate's parts),
-# through "r/<rid>". So the reads are a function of the stored core and the command alone. That
+# collections (the core says which), and the journal entries the ledger says it reads for that
+# command (``ledger.reads``: the result ids a step write or a candidate names), through "r/<rid>". So the
+# reads are a function of the stored core and the command alone. That
 # matters: each read is a journal entry Restate replays, and a replay that reads differently fails
 # with a journal mismatch (RT0016; reads that depended on an in-process cache once did exactly
 # that). ``apply`` then runs on a *view* of the state whose journal holds those entries and the
@@ -194,15 +193,6 @@ async def read_all(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> 
     return replace(view, state=replace(view.state, journal=tuple(entries)))
 
 
-def _rids(cmd: L.Command) -> frozenset[str]:
-    """The result ids ``apply`` looks up for ``cmd`` (the only journal entries it reads)."""
-    if isinstance(cmd, L.RecordSteps):
-        return frozenset(w.result_id for w in cmd.entries)
-    if isinstance(cmd, L.SubmitCandidate):
-        return frozenset([*(w.result_id for w in cmd.flush), *(p.result_id for p in cmd.parts)])
-    return frozenset()
-
-
 def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -254,10 +244,10 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _V
 
 async def apply_command(ctx: restate.ObjectContext, cmd: L.Command) -> L.Outcome:
     """Apply ``cmd`` to this key's ledger: read what it needs, ``ledger.apply``, write the change."""
-    view = await _view(ctx, _rids(cmd))
+    view = await _view(ctx, L.reads(None, cmd))
     state = view.state if view is not None else None
     new, outcome = L.apply(state, cmd, work_id=ctx.key())
-    if new is not state:
+    if L.changed(state, new):
         _write(ctx, view, new)
     return outcome
 
@@ -274,7 +264,7 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
         """Apply one encoded command to this key's ledger; the only writer of the state."""
         try:
             cmd = codec.loads(req)
-            if not isinstance(cmd, _COMMANDS):
+            if not L.is_command(cmd):
                 raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
             return _errors.dumps(await apply_command(ctx, cmd))
         except OutliveError as exc:

@@ -1,0 +1,152 @@
+"""``make bench-restate``: a step in the user's handler against a raw ``ctx.run_typed`` step in the
+same handler, and the takeover latency when Restate replaces a silent attempt.
+
+One server, one deployment of ``bench_app`` (registered once). Each measure is one invocation of
+N steps; the handler answers the time spent in its step loop (the attempt's start, its state read
+and its finish included for outlive). Runs are interleaved (raw, outlive, ...) so load on the
+shared machine hits both alike; the table gives medians per step and the ratio of medians, and
+every run's ratio. Writes ``.bench/restate.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import outlive
+from outlive import Controller
+from outlive.records import AttemptState
+from outlive_restate import RestateBackend, attempt_headers
+from outlive_restate.server import RestateServer
+
+HERE = Path(__file__).parent
+N = 200
+RUNS = 7
+
+
+async def _admitted(backend: RestateBackend, work: str) -> Any:
+    ctl = Controller(backend)
+    await ctl.open_work(work)
+    await ctl.publish(work, "v1", {"report": "bench"})
+    return await ctl.admit(work)
+
+
+async def _call(http: httpx.AsyncClient, url: str, body: Any,
+                headers: dict[str, str] | None = None) -> float:
+    r = await http.post(url, json=body, headers=headers or {})
+    r.raise_for_status()
+    return float(r.json())
+
+
+async def per_step(server: RestateServer, runs: int, n: int) -> dict[str, Any]:
+    shapes: dict[str, list[float]] = {"raw": [], "outlive (send)": [], "outlive (call)": [],
+                                      "owner shape": []}
+    async with await outlive.open_backend(server.url) as backend, \
+            await outlive.open_backend(server.url + "&ledger=bench_desk") as desk, \
+            httpx.AsyncClient(timeout=300) as http:
+        assert isinstance(backend, RestateBackend) and isinstance(desk, RestateBackend)
+        base = server.ingress
+        await _call(http, f"{base}/bench/raw", 5)              # warm-up
+        for _ in range(runs):
+            shapes["raw"].append(await _call(http, f"{base}/bench/raw", n) / n)
+            for write in ("send", "call"):
+                work = f"bench/{uuid.uuid4().hex[:8]}"
+                att = await _admitted(backend, work)
+                ms = await _call(http, f"{base}/bench/outlive", {"n": n, "write": write},
+                                 attempt_headers(work, att))
+                shapes[f"outlive ({write})"].append(ms / n)
+            work = f"bench/{uuid.uuid4().hex[:8]}"
+            att = await _admitted(desk, work)
+            ms = await _call(http, f"{base}/bench_desk/{work.replace('/', '%2F')}/owned",
+                             {"n": n}, attempt_headers(work, att, "bench_desk"))
+            shapes["owner shape"].append(ms / n)
+    raw = shapes["raw"]
+    out: dict[str, Any] = {"steps": n, "runs": runs, "ms_per_step": {}, "ratio": {}}
+    for name, values in shapes.items():
+        out["ms_per_step"][name] = {"median": statistics.median(values),
+                                    "min": min(values), "max": max(values)}
+        if name != "raw":
+            out["ratio"][name] = {
+                "of_medians": statistics.median(values) / statistics.median(raw),
+                "per_run": [v / r for v, r in zip(values, raw, strict=True)]}
+    return out
+
+
+async def takeover(server: RestateServer, leases_ms: tuple[int, ...], each: int) -> dict[str, Any]:
+    """Last sign of life of a silent #1 -> #2's first step running, Restate driving it."""
+    out: dict[str, Any] = {}
+    async with await outlive.open_backend(server.url) as backend:
+        assert isinstance(backend, RestateBackend)
+        for lease in leases_ms:
+            got: list[float] = []
+            for _ in range(each):
+                work = f"takeover/{uuid.uuid4().hex[:8]}"
+                with tempfile.NamedTemporaryFile() as hold:
+                    ctl = Controller(backend)
+                    await ctl.open_work(work)
+                    await ctl.publish(work, "v1", {"s1": "x"})
+                    await backend.start_work(work, service="bench", handler="takeover",
+                                             arg={"hold": hold.name},
+                                             lease=timedelta(milliseconds=lease))
+                    deadline = time.monotonic() + 60
+                    while True:
+                        st = await backend.load(work)
+                        assert st is not None
+                        if any(a.number == 2 and a.state is AttemptState.FINISHED
+                               for a in st.attempts):
+                            break
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"{work}: no successor finished")
+                        await asyncio.sleep(0.05)
+                first = st.attempt(1)
+                assert first is not None
+                mine = [e for e in st.journal if e.attempt == 2]
+                if len(mine) != 1:
+                    raise AssertionError(f"{work}: {st.journal} {st.attempts}")
+                entry = mine[0]
+                got.append(float(entry.result) - first.last_heartbeat)
+            out[str(lease)] = {"median_ms": statistics.median(got), "min_ms": min(got),
+                               "max_ms": max(got), "n": len(got)}
+    return out
+
+
+async def main() -> dict[str, Any]:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
+    with RestateServer(app="bench_app:app", pythonpath=(str(HERE),)) as server:
+        steps = await per_step(server, runs, N)
+        latency = await takeover(server, (500, 1000, 2000), 5)
+    return {"per_step": steps, "takeover": latency}
+
+
+def report(res: dict[str, Any]) -> None:
+    s = res["per_step"]
+    print(f"Restate, {s['steps']} steps per invocation, {s['runs']} interleaved runs "
+          f"(median ms per step [min-max]):")
+    for name, v in s["ms_per_step"].items():
+        line = f"  {name:16s} {v['median']:.3f} [{v['min']:.3f}-{v['max']:.3f}]"
+        if name in s["ratio"]:
+            r = s["ratio"][name]
+            per = ", ".join(f"{x:.2f}" for x in r["per_run"])
+            line += f"   ratio {r['of_medians']:.2f}x (runs: {per})"
+        print(line)
+    print("takeover latency, last sign of life of #1 -> #2's first step (ms):")
+    for lease, v in res["takeover"].items():
+        print(f"  lease {lease:>5} ms: median {v['median_ms']:.0f} "
+              f"[{v['min_ms']:.0f}-{v['max_ms']:.0f}] over {v['n']}")
+
+
+if __name__ == "__main__":
+    result = asyncio.run(main())
+    report(result)
+    Path(".bench").mkdir(exist_ok=True)
+    Path(".bench/restate.json").write_text(json.dumps(result, indent=2))
