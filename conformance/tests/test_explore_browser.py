@@ -157,7 +157,9 @@ def test_the_same_run_beside_a_second_backend_and_errors_on_the_page(
     assert [p.get_attribute("data-backend") for p in panels] == ["memory://", backends["sqlite"]]
     assert len(_items(browser, backends["sqlite"], ".late-write.refused")) == 1
     assert "Identical on both backends" in browser.find_element(By.ID, "agreement").text
+    browser.set_window_size(2480, 1200)          # wide enough to see both drawings side by side
     _shoot(browser, "04-beside-sqlite")
+    browser.set_window_size(1600, 1200)
 
     if "down" in backends:
         select.select_by_value(backends["down"])
