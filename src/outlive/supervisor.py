@@ -468,6 +468,25 @@ class Supervisor:
     def work_id(self) -> str:
         return self.definition.work_id
 
+    async def __aenter__(self) -> Supervisor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the dispatcher (the ledger keeps everything: a new supervisor carries on)."""
+        await self.dispatcher.close()
+
+    async def publish(self, version: str, parts: Mapping[str, Any]) -> InputVersion:
+        """Open the work if needed and publish an input version (part name -> content).
+
+        A live attempt pinned to an older version keeps running; its candidate is refused at
+        judgement and the successor, pinned to this version, restores what still matches.
+        """
+        await self._state()
+        return await self.controller.publish(self.work_id, version, parts)
+
     async def _state(self) -> WorkState:
         st = await self.backend.load(self.work_id)
         if st is None:
