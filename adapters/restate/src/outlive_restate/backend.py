@@ -1,0 +1,7 @@
+"""Where the ``restate://`` scheme resolves to (the core's lazy table names this module)."""
+
+from __future__ import annotations
+
+from ._backend import RestateBackend
+
+__all__ = ["RestateBackend"]
