@@ -1,16 +1,20 @@
-"""AFTER: the same workflow on outlive, running on Temporal (``temporal://``).
+"""AFTER: the same Temporal workflow and activities, with outlive inside it.
 
-The diff against ``before.py``, walked through in ``docs/porting-temporal.md``:
+The diff against ``before.py`` (docs/porting-temporal.md walks through it; the block between the
+``--- workflow ---`` markers differs from before.py's in under 30 lines, checked by a test):
 
-1. the report is published as a *version*; each attempt is admitted (owner token) and pinned to it
-   — instead of starting a second execution for the corrected report;
-2. ``workflow.execute_activity(summarise, ...)`` -> ``worker.step("s2", summarise, s2=...)``: each
-   step still runs as a Temporal activity (no server retries), is restored by input key, and its
-   journal write is fenced by the owner token;
-3. the worker submits a *candidate*; the controller (not the worker) accepts it for a version;
-4. the post is an *effect keyed by operation* (``announce:<work>:<digest>``) that the feed
-   dedupes — not an activity Temporal retries blindly;
-5. the newsletter asks ``dependable(StrictCurrent())`` instead of "the latest finished execution".
+1. ``DigestWorkflow`` extends ``outlive_temporal.Work``: its execution *is* the work and holds the
+   work's ledger (attempts, owner token, input-keyed journal, candidates, acceptances, effects);
+2. ``run`` hands the old body to ``self.drive``: Temporal drives the attempts — a step whose
+   heartbeat stops is timed out by Temporal, the attempt becomes ``unknown``, a successor with a
+   larger token takes over and the predecessor is cancelled, with no client anywhere;
+3. ``workflow.execute_activity(summarise, ...)`` -> ``a.step("s2", summarise, ...)``: the same
+   activity on the same workers, restored by input key when its input did not change;
+4. the result is *accepted* for the input version it was built from (``a.accept``);
+5. the post is an *effect keyed by operation* (``a.effect``): the key travels to the feed, which
+   dedupes Temporal's retry;
+6. the corrected report is *published* to the same work (an update), not started as a second
+   execution; the newsletter asks ``dependable("strict")``, not "the latest finished execution".
 
 Run it: ``python examples/porting_temporal/after.py`` — the same situation as ``before.py``.
 """
@@ -18,108 +22,97 @@ Run it: ``python examples/porting_temporal/after.py`` — the same situation as 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import uuid
+from datetime import timedelta
 from typing import Any
 
-import outlive
-from outlive import Contract, Controller, Receipt, StaleOwner, StrictCurrent, Worker
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
 
-try:
-    from .before import V1, V2, World, revenue
-except ImportError:  # run as a script: python examples/porting_temporal/after.py
-    from before import V1, V2, World, revenue  # type: ignore[no-redef]
+with workflow.unsafe.imports_passed_through():
+    from outlive_temporal import Attempt, OutlivePlugin, Work, WorkHandle
 
-CONTRACT = Contract(name="digest-form", version="1", assessor="editor")
+    try:
+        from .before import V1, V2, World, revenue
+    except ImportError:  # run as a script: python examples/porting_temporal/after.py
+        from before import V1, V2, World, revenue  # type: ignore[no-redef]
 
-
-class PosterDied(Exception):
-    """The process died right after the feed applied the post, before anything was recorded."""
-
-
-def make_summarise(world: World) -> Any:
-    async def summarise(**section: str) -> str:
-        (text,) = section.values()
-        world.calls.append(text)
-        if text == world.pause_on and not world.paused.is_set():
-            world.paused.set()
-            await world.wake.wait()  # the worker is paused, not dead
-        return text.strip()
-
-    return summarise
+WORLD = World()
 
 
-async def work(w: Worker, report: dict[str, str], world: World) -> str:
-    """One attempt: the same steps as DigestWorkflow.run, through outlive."""
-    summarise = make_summarise(world)
-    summaries = [await w.step(k, summarise, **{k: report[k]}) for k in sorted(report)]
-    digest = " ".join(summaries)
-    cand = await w.candidate({"digest": digest})
-    return cand.digest
+# --- workflow ---
+@activity.defn
+async def summarise(text: str) -> str:
+    WORLD.calls.append(text)
+    if text == WORLD.pause_on and not WORLD.paused.is_set():
+        WORLD.paused.set()
+        await WORLD.wake.wait()  # the worker is paused, not dead
+    return text.strip()  # stand-in for the model call
 
 
-async def announce(w: Worker, work_id: str, digest_id: str, text: str, world: World) -> Receipt:
-    def send(key: str | None, payload: Any) -> Receipt:
-        post_id = world.feed.post(f"Q3 digest: {payload['digest']}", key=key)
-        if world.die_after_post:
-            world.die_after_post = False
-            raise PosterDied(post_id)
-        return Receipt(effect_id=post_id, duplicate=False, key=key)
-
-    return await w.effect(f"announce:{work_id}:{digest_id}", {"digest": text}, send)
+@activity.defn
+async def post_announcement(digest: str, key: str) -> str:
+    post_id = WORLD.feed.post(f"Q3 digest: {digest}", key=key)  # the operation key
+    if WORLD.die_after_post:
+        WORLD.die_after_post = False
+        raise RuntimeError("process died after the feed applied the post")
+    return post_id
 
 
-async def seed_situation(url: str) -> dict[str, Any]:
-    world = World(pause_on=V1["s3"])
-    tick = itertools.count(1)
-    work_id = f"digest/q3-report#{uuid.uuid4().hex[:6]}"
-    async with await outlive.open_backend(url) as backend:
-        ctl = Controller(backend, clock=lambda: next(tick))
-        await ctl.open_work(work_id)
-        await ctl.publish(work_id, "v1", V1)
-        # Attempt #1 is admitted (token written before dispatch), pinned to v1; it goes silent.
-        a1 = await ctl.admit(work_id)
-        w1 = Worker(backend, a1, V1, clock=lambda: next(tick))
-        await w1.start()
-        late = asyncio.create_task(work(w1, V1, world))
-        await world.paused.wait()
-        # The corrected report arrives; silence is `unknown`; a successor gets a larger token.
-        await ctl.publish(work_id, "v2", V2)
-        await backend.execute(work_id, outlive.ledger.MarkUnknown(attempt=a1.number,
-                                                                   at=next(tick)))
-        a2 = await ctl.admit(work_id)
-        w2 = Worker(backend, a2, V2, clock=lambda: next(tick))
-        await w2.start()
-        digest_id = await work(w2, V2, world)
-        acc = await ctl.assess(work_id, digest_id, CONTRACT, lambda c, v: (True, "complete"))
-        text = (await ctl.state(work_id)).candidate(digest_id).content["digest"]  # type: ignore[union-attr]
-        world.die_after_post = True
-        try:
-            await announce(w2, work_id, digest_id, text, world)
-        except PosterDied:
-            # #2 died after the feed applied the post: #3 settles it with the same key.
-            await backend.execute(work_id, outlive.ledger.MarkUnknown(attempt=a2.number,
-                                                                       at=next(tick)))
-            a3 = await ctl.admit(work_id)
-            w3 = Worker(backend, a3, V2, clock=lambda: next(tick))
-            await w3.start()
-            await announce(w3, work_id, digest_id, text, world)
-        # Attempt #1 wakes up: its next write is refused by the owner token.
-        world.wake.set()
-        try:
-            await late
-            late_worker = "applied"
-        except StaleOwner:
-            late_worker = "refused (StaleOwner)"
-        dep = await ctl.dependable(work_id, StrictCurrent())
+@workflow.defn
+class DigestWorkflow(Work):
+    outlive_heartbeat = timedelta(seconds=5)  # a step silent this long is taken over
+
+    @workflow.run
+    async def run(self, report: dict[str, str]) -> dict[str, str]:
+        return await self.drive(self.attempt, report)
+
+    async def attempt(self, a: Attempt, report: dict[str, str]) -> dict[str, str]:
+        opts: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=60)}
+        summaries = [await a.step(k, summarise, report[k], **opts)
+                     for k in sorted(report)]
+        digest = " ".join(summaries)
+        key = f"announce:{a.work_id}:{(await a.accept({'digest': digest})).digest}"
+        post_id = await a.effect(
+            key, post_announcement, digest, key, retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=100)), **opts)
+        return {"digest": digest, "post": post_id}
+# --- workflow ---
+
+
+async def seed_situation(address: str) -> dict[str, Any]:
+    global WORLD
+    WORLD = World(pause_on=V1["s3"])
+    client = await Client.connect(address, plugins=[OutlivePlugin()])
+    queue = f"digest-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=queue, workflows=[DigestWorkflow],
+                      activities=[summarise, post_announcement]):
+        # One work, started once, on report v1. Its attempt #1 goes silent in section 3.
+        work = await client.start_workflow(DigestWorkflow.run, V1, id=f"digest/q3-report@{queue}",
+                                           task_queue=queue)
+        await WORLD.paused.wait()
+        # The corrected report is published to the same work; it becomes the current version.
+        WORLD.die_after_post = True
+        await WorkHandle(work).publish("v2", V2)
+        # Temporal times the silent step out; the work marks #1 unknown and admits #2 (pinned
+        # to v2), which restores s1, redoes s2-s4, is accepted for v2 and posts once.
+        result = await work.result()
+        # The paused worker wakes: Temporal refuses its late completion (the activity timed out)
+        # and attempt #1, cancelled by the work, never writes again.
+        WORLD.wake.set()
+        state = await WorkHandle(work).state()
+        dep = await WorkHandle(work).dependable("strict")
         assert dep is not None
-        return {"calls": len(world.calls), "posts": list(world.feed.posts),
-                "newsletter_quotes": revenue(dep.content["digest"]),
-                "accepted_for": acc.version, "late_worker": late_worker}
+    return {"calls": len(WORLD.calls), "posts": list(WORLD.feed.posts),
+            "newsletter_quotes": revenue(dep["content"]["digest"]),
+            "accepted_for": state.acceptances[-1].version, "result": result,
+            "attempts": [(a.number, a.token, a.state.value) for a in state.attempts]}
 
 
 if __name__ == "__main__":
     from outlive_temporal.devserver import DevServer
 
     with DevServer() as srv:
-        print(asyncio.run(seed_situation(srv.url)))
+        print(asyncio.run(seed_situation(srv.address)))

@@ -68,6 +68,7 @@ def revenue(text: str) -> str:
     return m.group(1) if m else "?"
 
 
+# --- workflow ---
 @activity.defn
 async def summarise(text: str) -> str:
     WORLD.calls.append(text)
@@ -98,6 +99,7 @@ class DigestWorkflow:
             post_announcement, digest, retry_policy=RetryPolicy(
                 initial_interval=timedelta(milliseconds=100)), **opts)
         return {"digest": digest, "post": post_id}
+# --- workflow ---
 
 
 async def seed_situation(address: str) -> dict[str, Any]:
