@@ -146,5 +146,31 @@ class BigWork(Work):
                 "generation": self.outlive.generation}
 
 
-WORKFLOWS = [FleetWork, HoldWork, BigWork]
+@workflow.defn(name="HoldWork")
+class ChangedHoldWork(HoldWork):
+    """HoldWork after a careless edit (the second section is no longer summarised): replaying a
+    recorded HoldWork history against it must fail. Never registered on a worker."""
+
+    @workflow.run
+    async def run(self, report: dict[str, str]) -> dict[str, Any]:
+        return await self.drive(self.attempt, report)
+
+    async def attempt(self, a: Attempt, report: dict[str, str]) -> dict[str, Any]:
+        out = [await a.step(k, held, report[k]) for k in sorted(report)[:1]]
+        acc = await a.accept({"digest": " ".join(out)})
+        return {"digest": acc.digest, "attempt": a.number, "text": " ".join(out)}
+
+
+@workflow.defn
+class SmallCanWork(BigWork):
+    """The same, continuing as new every 3 steps (short histories to record and replay)."""
+
+    outlive_continue_after = 3
+
+    @workflow.run
+    async def run(self, spec: dict[str, int]) -> dict[str, Any]:
+        return await self.drive(self.attempt, spec)
+
+
+WORKFLOWS = [FleetWork, HoldWork, BigWork, SmallCanWork]
 ACTIVITIES = [part, held, blob]
