@@ -142,3 +142,37 @@ def definition(work_id: str = "digest/q3-report", **kw: Any) -> outlive.WorkDefi
     return outlive.WorkDefinition(
         work_id=work_id, attempt="supervised_q3:attempt", contract=CONTRACT,
         assessor="supervised_q3:assess", inputs="supervised_q3:inputs", complete=announced, **kw)
+
+
+class _DyingDispatcher(outlive.SubprocessDispatcher):
+    """Kills its own (supervisor) process around the first dispatch, as a test of restarts."""
+
+    def __init__(self, die: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.die = die
+
+    async def dispatch(self, assignment: outlive.Assignment) -> None:
+        if self.die == "after-admit" and assignment.attempt == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        await super().dispatch(assignment)
+        if self.die == "after-dispatch" and assignment.attempt == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def supervise_main() -> None:
+    """``python -c 'import supervised_q3 as m; m.supervise_main()' URL DIE``: one supervisor."""
+    import asyncio
+    import sys
+
+    url, die = sys.argv[1], sys.argv[2]
+
+    async def main() -> None:
+        backend = await outlive.open_backend(url)
+        lease = outlive.Lease(heartbeat_interval=200, missed_beats=3, start_grace=8_000)
+        dispatcher = _DyingDispatcher(die, log_dir=run_dir() / "logs", stop_signal=None)
+        async with outlive.Supervisor(backend, definition(lease=lease), dispatcher) as sup:
+            await sup.publish("v1", V1)
+            await sup.run()
+        await backend.close()
+
+    asyncio.run(main())
