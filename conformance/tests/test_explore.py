@@ -234,7 +234,7 @@ def test_explore_command_serves_on_loopback_and_stops_by_its_pid(tmp_path: Path)
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "outlive_conformance.explore", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "outlive", "explore", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -254,6 +254,18 @@ def test_explore_command_refuses_an_invalid_scenario_file_at_start(tmp_path: Pat
 
     bad = tmp_path / "bad.toml"
     bad.write_text("format = 1\nname = 'x'\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "outlive_conformance.explore", "--port", "0",
+    done = subprocess.run([sys.executable, "-m", "outlive", "explore", "--port", "0",
                            "--scenario", str(bad)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "bad.toml" in done.stderr and "is missing" in done.stderr
+
+
+def test_run_svg_writes_the_drawing_of_that_run(tmp_path: Path) -> None:
+    from outlive.cli import main
+
+    main_svg, off_svg = tmp_path / "main.svg", tmp_path / "off.svg"
+    assert main(["run", "q3-report", "--svg", str(main_svg)]) == 0
+    docs = Path(__file__).resolve().parents[2] / "docs" / "images" / "q3-report-main-run.svg"
+    assert main_svg.read_text(encoding="utf-8") == docs.read_text(encoding="utf-8")
+    assert main(["run", "q3-report", "--set", "fencing=off", "--svg", str(off_svg)]) == 1
+    marks = _marks(off_svg.read_text(encoding="utf-8"))
+    assert len([m for m in marks if "stale" in m[2].split()]) == 3

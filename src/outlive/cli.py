@@ -2,7 +2,7 @@
 
 The core's own commands (``demo``, ``inspect``, ``list``, ``backends``) need nothing but the core.
 Other distributions add commands through the ``outlive.commands`` entry-point group (the
-conformance suite adds ``run`` and ``sweep``), loaded only when named; a command whose
+conformance suite adds ``run``, ``sweep`` and ``explore``), loaded only when named; a command whose
 distribution is missing answers with the install line.
 
 Conventions every command keeps (plug-ins too, through the helpers here): ``--backend URL``;
@@ -52,7 +52,8 @@ __all__ = [
 EXIT_OK, EXIT_BROKEN, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 
 #: Commands other distributions provide, with the extra that installs them.
-COMMAND_EXTRAS: dict[str, str] = {"run": "conformance", "sweep": "conformance"}
+COMMAND_EXTRAS: dict[str, str] = {"run": "conformance", "sweep": "conformance",
+                                   "explore": "conformance"}
 
 BACKEND_HELP = ("Backend URL: sqlite:///FILE (relative) or sqlite:////ABS/FILE, memory://, "
                 "temporal://HOST:PORT[/NAMESPACE], restate://HOST:PORT?admin=PORT, "

@@ -1,4 +1,5 @@
-"""``outlive run`` and ``outlive sweep``: the conformance scenario from the command line.
+"""``outlive run``, ``outlive sweep`` and ``outlive explore``: the conformance scenario from the
+command line.
 
 Registered in the ``outlive.commands`` entry-point group, so the core CLI offers them only when
 this distribution is installed. They follow the core's conventions (``--backend``, ``--json`` to
@@ -15,6 +16,7 @@ import click
 
 from outlive import open_backend
 from outlive.cli import (
+    BACKEND_HELP,
     EXIT_BROKEN,
     EXIT_OK,
     backend_option,
@@ -32,7 +34,7 @@ from . import sweep as sweep_mod
 from .harness import RunSummary
 from .scenario import SWITCHES, Scenario, Switches
 
-__all__ = ["run", "sweep"]
+__all__ = ["explore", "run", "sweep"]
 
 SWITCH_HELP = "; ".join(f"{name}={'|'.join(values)}" for name, values in SWITCHES.items())
 
@@ -88,10 +90,12 @@ def print_summary(s: RunSummary) -> None:
 @click.option("--set", "sets", multiple=True, metavar="SWITCH=VALUE",
               help=f"Change one switch from the scenario's main run (repeatable): {SWITCH_HELP}.")
 @click.option("--work-id", metavar="ID", help="Work id to run under (default: a fresh one).")
+@click.option("--svg", "svg", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Also draw the run as an SVG timeline in FILE (the explorer's drawing).")
 @json_option("the run's outcome summary")
 @out_option("the run's outcome summary")
-def run(scenario: str, backend: str, sets: tuple[str, ...], work_id: str | None, as_json: bool,
-        out: str | None) -> int:
+def run(scenario: str, backend: str, sets: tuple[str, ...], work_id: str | None, svg: str | None,
+        as_json: bool, out: str | None) -> int:
     """Run SCENARIO (q3-report, or a scenario file) once under the chosen switches and judge it.
     Exit status 1 if any invariant breaks (as it should with a protection switched off)."""
     sc = load(scenario)
@@ -109,6 +113,12 @@ def run(scenario: str, backend: str, sets: tuple[str, ...], work_id: str | None,
             print_trace(s)
             print_summary(s)
         emit_json(s.comparable(), as_json=as_json, out=out)
+        if svg:
+            from .explore.timeline import render_timeline
+
+            with open(svg, "w", encoding="utf-8") as fh:
+                fh.write(render_timeline(s, sc, backend=backend))
+            click.echo(f"timeline drawn in {svg}", err=True)
         return EXIT_OK if s.clean else EXIT_BROKEN
 
     return run_async(go())
@@ -186,3 +196,33 @@ def sweep(backend: str, scenario: str, concurrency: int, namespace: str | None, 
         return EXIT_OK if ok else EXIT_BROKEN
 
     return run_async(go())
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; the default serves this machine only (loopback).")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8765, show_default=True,
+              help="Port to listen on (0 picks a free one).")
+@click.option("--backend", "backends", multiple=True, metavar="URL",
+              help="A backend the page may run beside memory:// (repeatable). " + BACKEND_HELP)
+@click.option("--scenario", "scenario_files", multiple=True, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="A scenario file to offer besides the shipped ones (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              metavar="SECONDS", help="Give up on one backend's run after this long.")
+def explore(host: str, port: int, backends: tuple[str, ...], scenario_files: tuple[str, ...],
+            timeout: float) -> int:
+    """Serve the explorer: the article's eight switches on a local page, each choice run through
+    the real harness on memory:// (and beside it on a --backend), drawn as a timeline with the
+    outcome, the invariants and the sweep's necessity table. Ctrl-C stops it."""
+    from .explore import serve
+
+    def ready(url: str) -> None:
+        click.echo(f"outlive explore: serving {url} (Ctrl-C to stop)")
+
+    try:
+        serve(host=host, port=port, backends=backends, scenario_files=scenario_files,
+              timeout=timeout, ready=ready)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc}") from exc
+    return EXIT_OK
