@@ -40,10 +40,17 @@ from outlive import (
 from outlive.errors import ContractFailed, FencingError, ScenarioError, StaleOwner, VersionMismatch
 from outlive.hashing import short
 from outlive.records import Candidate, EffectState, InputVersion, WorkState
-from outlive.rules import LatestAccepted, LatestFinished, Rule, StrictCurrent, dependable
+from outlive.rules import (
+    LatestAccepted,
+    LatestFinished,
+    PinnedVersion,
+    Rule,
+    StrictCurrent,
+    dependable,
+)
 from outlive.supervisor import Assignment, Dispatcher, Lease, Supervisor, WorkDefinition
 
-from .scenario import Scenario, Switches
+from .scenario import Consumer, Scenario, Switches
 
 __all__ = ["AcceptedDigest", "RunSummary", "TraceEvent", "run_scenario"]
 
@@ -112,6 +119,10 @@ class RunSummary:
     #: The consumer's name and how its figure reads ("million"), so reports need no scenario text.
     consumer_name: str = ""
     figure_unit: str = ""
+    #: Posts the receiver applied again because it no longer kept the key (its retention ended).
+    applied_after_retention: int = 0
+    #: Further consumers (``[[consumers]]``): name -> start tick, figure, digest, required figure.
+    consumers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -125,6 +136,11 @@ class RunSummary:
     def comparable(self) -> dict[str, Any]:
         """The whole summary as plain data: two backends agree iff these are equal."""
         return asdict(self)
+
+
+def _expired(receipt: Receipt) -> bool:
+    """Did the receiver apply this as new because its memory of the key had run out?"""
+    return bool(getattr(receipt, "expired", False)) or "retention" in receipt.note
 
 
 def _first_sentence(text: str) -> str:
@@ -192,14 +208,15 @@ class _Run:
                         start_grace=0),
             max_attempts=sc.max_ticks + 1, complete=self.complete,
         ), _HarnessDispatcher(self), clock=lambda: self.tick)
-        self.feed = MemoryReceiver(clock=lambda: self.tick)
+        self.feed = MemoryReceiver(retention=sc.retention, clock=lambda: self.tick)
         self.actors: list[_Actor] = []
         self.calls = 0
         self.truth: dict[str, str] = {}           # result id -> hash of the text really read
         self.pins: dict[int, str | None] = {}      # attempt -> version it was pinned to
         self.op_payload: dict[str, Any] = {}
         self.op_applied: dict[str, int] = {}
-        self.posted_once = False
+        self.post_attempts = 0
+        self.after_retention = 0
         self.pending_cands: list[tuple[str, _Actor]] = []
         self.accepted: list[AcceptedDigest] = []
         self.refused: list[tuple[int, int, str]] = []
@@ -212,6 +229,15 @@ class _Run:
         self.confirmed_at: int | None = None
         self.contract = Contract(**sc.contract)
         self.change_at = sc.change_at.get(sw.change) if sw.change != "never" else None
+        #: tick -> version published then: the switch's change, then the scenario's further ones
+        self.schedule: dict[int, str] = {}
+        if self.change_at is not None:
+            at = self.change_at
+            self.schedule[at] = sc.new_version
+            for change in sc.then:
+                at += change.after
+                self.schedule[at] = change.version
+        self.extra: dict[str, dict[str, Any]] = {}
         rules: dict[str, Rule] = {
             "strict": StrictCurrent(fail_open=sc.consumer.fail_open),
             "accepted": LatestAccepted(),
@@ -233,12 +259,13 @@ class _Run:
     def op_key(self, digest: str) -> str:
         return self.sc.announce.format(work_id=self.sc.work_id, digest=short(digest))
 
-    def figure_of(self, content: Any) -> str | None:
+    def figure_of(self, content: Any, consumer: Consumer | None = None) -> str | None:
+        c = consumer or self.sc.consumer
         try:
-            text = content["sections"][self.sc.consumer.quotes]
+            text = content["sections"][c.quotes]
         except (KeyError, TypeError):
             return None
-        m = re.search(self.sc.consumer.pattern, str(text))
+        m = re.search(c.pattern, str(text))
         return m.group(1) if m else None
 
     async def state(self) -> WorkState:
@@ -269,17 +296,24 @@ class _Run:
     def body(self, actor: _Actor, step: str) -> Any:
         async def summarise(**inputs: str) -> dict[str, str]:
             (text,) = inputs.values()
-            self.calls += 1
-            if (actor.number == self.sc.silent_attempt and step == self.sc.silent_step
-                    and not actor.held_once):
+            before = self.sc.silent_point == "before-call"
+            if not before:
+                self.calls += 1
+            if (self.sc.silent_point != "after-record" and self.silent_here(actor, step)):
                 actor.held_once = True
                 if self.sw.silent == "crashed":
                     raise WorkerCrashed(f"attempt #{actor.number} crashed during {step}")
                 actor.entered.set()
                 await actor.release.wait()
+            if before:
+                self.calls += 1
             return {"summary": _first_sentence(text)}
 
         return summarise
+
+    def silent_here(self, actor: _Actor, step: str) -> bool:
+        return (actor.number == self.sc.silent_attempt and step == self.sc.silent_step
+                and not actor.held_once)
 
     # -- phases --------------------------------------------------------------------------------
     async def wake(self) -> None:
@@ -290,6 +324,12 @@ class _Run:
             a.acted = self.tick
             assert a.task is not None
             step = self.sc.silent_step
+            if self.sc.silent_point == "after-record":
+                await a.task
+                a.phase = "work"
+                self.log("attempt", f"#{a.number} wakes after recording {step} and carries on as "
+                         "if nothing happened", lane=f"attempt:{a.number}", mark="wake", step=step)
+                continue
             try:
                 await a.task
             except FencingError as exc:
@@ -314,6 +354,40 @@ class _Run:
                          "(kept in memory until the end of its attempt)", lane=f"attempt:{a.number}",
                          mark="wake", step=step, result=short(rid))
             self.truth[rid] = content_hash(self.sc.versions[a.version or self.sc.first_version][step])
+
+    def rule_for(self, c: Consumer) -> Rule:
+        if c.needs == "current":
+            return StrictCurrent()
+        if c.needs == "latest-accepted":
+            return LatestAccepted()
+        if c.needs == "latest-finished":
+            return LatestFinished()
+        return PinnedVersion(version=c.needs.removeprefix("version:"))
+
+    async def consumers(self, st: WorkState) -> None:
+        await self.consumer(st)
+        for c in self.sc.consumers:
+            got = self.extra.setdefault(c.name, {"start": None, "figure": None, "digest": None,
+                                                 "required": None, "needs": c.needs})
+            if got["start"] is not None or self.tick < c.ready_at:
+                continue
+            d = dependable(st, self.rule_for(c))
+            if d is None:
+                if self.tick == c.ready_at:
+                    self.log("dependant", f"{c.name} is ready; nothing is dependable yet for what it "
+                             f"needs ({c.needs}): it waits", lane=f"consumer:{c.name}",
+                             mark="consumer-wait", rule=c.needs, version=st.current_version)
+                continue
+            want = (st.current_version if c.needs == "current"
+                    else c.needs.removeprefix("version:") if c.needs.startswith("version:") else None)
+            figure = self.figure_of(d.content, c)
+            required = self.sc.figure(want, c) if want is not None else None
+            got.update(start=self.tick, figure=figure, digest=short(d.digest), required=required)
+            self.log("dependant", f"{c.name} ({c.needs}) admitted on {short(d.digest)}; it quotes "
+                     f"{c.says(figure)}" + (f" (it needs {c.says(required)}, from {want})"
+                                            if want is not None else ""),
+                     lane=f"consumer:{c.name}", mark="consumer-start", digest=short(d.digest),
+                     figure=figure, required=required, version=want, rule=c.needs)
 
     async def consumer(self, st: WorkState) -> None:
         c = self.sc.consumer
@@ -426,8 +500,8 @@ class _Run:
     async def post(self, actor: _Actor, op_key: str) -> bool:
         """Send (or resend) the announcement; False if the poster died."""
         payload = self.op_payload[op_key]
-        dies = self.sw.dies == "yes" and not self.posted_once
-        self.posted_once = True
+        self.post_attempts += 1
+        dies = self.sw.dies == "yes" and self.post_attempts in self.sc.poster_dies_at
 
         def send(key: str | None, body: Any) -> Receipt:
             def apply(p: Any) -> str:
@@ -435,6 +509,11 @@ class _Run:
                 return f"P{len(self.feed.applied) + 1}"
 
             receipt = self.feed.receive(key, body, apply)
+            if _expired(receipt):
+                # the feed had forgotten the key (its retention ended): it says so, and the
+                # promise was only ever "once for as long as it keeps the key"
+                self.op_applied[op_key] -= 1
+                self.after_retention += 1
             if dies:
                 raise PosterDied(f"#{actor.number} died after the feed applied {receipt.effect_id}")
             return receipt
@@ -457,6 +536,13 @@ class _Run:
                      lane=f"attempt:{actor.number}", mark="effect", op_key=op_key,
                      sent_key=self.sent_key_label(actor, op_key), effect_id=receipt.effect_id,
                      duplicate=True, confirmed=True, died=False)
+        elif _expired(receipt):
+            self.log("effect", f"#{actor.number} resends with the same operation key, but the feed "
+                     f"no longer keeps it (retention {self.sc.retention} ticks): it applies "
+                     f"{receipt.effect_id} as new and says so", lane=f"attempt:{actor.number}",
+                     mark="effect", op_key=op_key, sent_key=self.sent_key_label(actor, op_key),
+                     effect_id=receipt.effect_id, duplicate=False, confirmed=True, died=False,
+                     expired=True)
         else:
             self.log("effect", f"#{actor.number} posts the announcement ({op_key}); the feed "
                      f"applies {receipt.effect_id}; confirmed", lane=f"attempt:{actor.number}",
@@ -545,8 +631,23 @@ class _Run:
         """Run one model call; True if it wrote to the ledger."""
         w = actor.worker
         coro = w.step(step, self.body(actor, step), **{step: text})
-        if actor.number == self.sc.silent_attempt and step == self.sc.silent_step \
-                and not actor.held_once:
+        if self.sc.silent_point == "after-record" and self.silent_here(actor, step):
+            await coro
+            rec = w.steps[step]
+            self.truth[rec.result_id] = content_hash(text)
+            actor.redone.append(step)
+            actor.held_once = True
+            if self.sw.silent == "crashed":
+                actor.phase = "crashed"
+                self.log("attempt", f"#{actor.number} records {step} -> {short(rec.result_id)}, "
+                         "then crashes", lane=f"attempt:{actor.number}", mark="crash", step=step)
+            else:
+                actor.phase = "held"
+                actor.task = asyncio.ensure_future(actor.release.wait())
+                self.log("attempt", f"#{actor.number} records {step} -> {short(rec.result_id)}, "
+                         "then goes silent", lane=f"attempt:{actor.number}", mark="silent", step=step)
+            return self.sw.progress == "step"
+        if self.silent_here(actor, step):
             actor.task = asyncio.ensure_future(coro)
             entered = asyncio.ensure_future(actor.entered.wait())
             await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)
@@ -554,12 +655,16 @@ class _Run:
                 entered.cancel()
                 exc = actor.task.exception()
                 actor.phase = "crashed"
-                self.log("attempt", f"#{actor.number} starts {step} (the model call is made), "
+                made = ("the model call is made" if self.sc.silent_point == "after-call"
+                        else "before the model call")
+                self.log("attempt", f"#{actor.number} starts {step} ({made}), "
                          f"then crashes: nothing is recorded ({type(exc).__name__})",
                          lane=f"attempt:{actor.number}", mark="crash", step=step)
                 return False
             actor.phase = "held"
-            self.log("attempt", f"#{actor.number} starts {step} (the model call is made), then "
+            made = ("the model call is made" if self.sc.silent_point == "after-call"
+                    else "before the model call")
+            self.log("attempt", f"#{actor.number} starts {step} ({made}), then "
                      "goes silent. Nothing is recorded", lane=f"attempt:{actor.number}",
                      mark="silent", step=step)
             return False
@@ -590,19 +695,10 @@ class _Run:
         try:
             for tick in range(sc.max_ticks + 1):
                 self.tick = tick
-                if self.change_at == tick:
-                    await self.ctl.publish(self.work, sc.new_version, sc.versions[sc.new_version])
-                    old, new = sc.versions[sc.first_version], sc.versions[sc.new_version]
-                    changed = [p for p in sc.steps if old.get(p) != new.get(p)]
-                    self.log("input", f"input {sc.new_version} {self.vhash(sc.new_version)} "
-                             f"arrives: {', '.join(changed) or 'no part'} changed; "
-                             f"{sc.consumer.name}'s figure {sc.consumer.says(sc.figure(sc.first_version))}"
-                             f" -> {sc.consumer.says(sc.figure(sc.new_version))}",
-                             lane="input", mark="input", version=sc.new_version,
-                             vhash=self.vhash(sc.new_version), figure=sc.figure(sc.new_version),
-                             previous=sc.first_version)
+                if tick in self.schedule:
+                    await self.publish(self.schedule[tick])
                 await self.wake()
-                await self.consumer(await self.state())
+                await self.consumers(await self.state())
                 await self.controller()
                 for actor in list(self.actors):
                     await self.act(actor, await self.state())
@@ -620,13 +716,26 @@ class _Run:
                         pass
         return await self.summary(finished)
 
+    async def publish(self, version: str) -> None:
+        sc = self.sc
+        previous = (await self.state()).current_version or sc.first_version
+        await self.ctl.publish(self.work, version, sc.versions[version])
+        old, new = sc.versions[previous], sc.versions[version]
+        changed = [p for p in sc.steps if old.get(p) != new.get(p)]
+        self.log("input", f"input {version} {self.vhash(version)} "
+                 f"arrives: {', '.join(changed) or 'no part'} changed; "
+                 f"{sc.consumer.name}'s figure {sc.consumer.says(sc.figure(previous))}"
+                 f" -> {sc.consumer.says(sc.figure(version))}",
+                 lane="input", mark="input", version=version,
+                 vhash=self.vhash(version), figure=sc.figure(version), previous=previous)
+
     async def done(self) -> bool:
         st = await self.state()
         live = any(a.phase in ("starting", "work", "awaiting") for a in self.actors)
         held = any(a.phase == "held" for a in self.actors) and self.sw.silent == "paused" \
             and self.tick < self.sc.wake_at
-        future = (self.change_at is not None and self.change_at > self.tick) or held or \
-            self.tick < self.sc.consumer.ready_at
+        future = any(t > self.tick for t in self.schedule) or held or \
+            self.tick < max([self.sc.consumer.ready_at, *(c.ready_at for c in self.sc.consumers)])
         return (self.complete(st) and not live and not future and self.news_start is not None
                 and not self.pending_cands)
 
@@ -662,6 +771,15 @@ class _Run:
             and self.news_figure == self.news_required,
             "ends_accepted_and_announced": ends_ok,
         }
+        if sc.consumers:
+            # each further consumer that needs a definite version got that version's figure
+            # A consumer that starts must quote what it needs; one whose version is never accepted
+            # waits (told "not yet", never handed another version). A relaxed need - latest
+            # accepted or finished - names no version, so it is not judged.
+            invariants["consumers_get_what_they_need"] = all(
+                got["start"] is None or got["figure"] == got["required"]
+                for got in self.extra.values()
+                if got["needs"] == "current" or got["needs"].startswith("version:"))
         return RunSummary(
             scenario=sc.name, switches=self.sw.as_dict(), model_calls=self.calls,
             posts=len(self.feed.applied), stale_writes_applied=st.stale_writes_applied,
@@ -675,7 +793,8 @@ class _Run:
             newsletter_figure=self.news_figure, newsletter_digest=self.news_digest,
             required_figure=self.news_required, invariants=invariants, ended_at=self.tick,
             finished=finished, trace=tuple(self.trace), consumer_name=sc.consumer.name,
-            figure_unit=sc.consumer.unit,
+            figure_unit=sc.consumer.unit, consumers={k: dict(v) for k, v in self.extra.items()},
+            applied_after_retention=self.after_retention,
         )
 
 

@@ -23,7 +23,10 @@ from outlive.hashing import canonical
 from outlive.ledger import MAX_PAYLOAD_BYTES
 
 __all__ = [
+    "NEEDS",
+    "SILENT_POINTS",
     "SWITCHES",
+    "Change",
     "Consumer",
     "Scenario",
     "Switches",
@@ -92,8 +95,26 @@ def all_switches() -> Iterator[Switches]:
         yield Switches(**dict(zip(names, combo, strict=True)))
 
 
+#: Where a silent attempt falls silent within its silent step.
+SILENT_POINTS = ("before-call", "after-call", "after-record")
+#: What a consumer needs: the current input, a named version, or (relaxed) the latest result.
+NEEDS = ("current", "latest-accepted", "latest-finished")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """A further input change, ``after`` ticks after the previous one (the switch's is the first)."""
+
+    version: str
+    after: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class Consumer:
+    """A dependant: the main one (``[consumer]``) checks with the ``rule`` switch; each of
+    ``[[consumers]]`` checks with its own ``needs`` (``current``, ``version:NAME``,
+    ``latest-accepted``, ``latest-finished``)."""
+
     name: str
     ready_at: int
     quotes: str
@@ -132,12 +153,25 @@ class Scenario:
     consumer: Consumer
     defaults: Switches
     source: str
+    #: Where the silent attempt falls silent: before the step's model call, after the call (the
+    #: article's run), or after the step's journal write.
+    silent_point: str = "after-call"
+    #: Further input changes after the switch's change (none when the switch says ``never``).
+    then: tuple[Change, ...] = ()
+    #: Consumers beside the main one, each with its own need.
+    consumers: tuple[Consumer, ...] = ()
+    #: How long the receiver keeps an operation key, in ticks (None: for ever).
+    retention: int | None = None
+    #: Which posting attempts die after the receiver applied their post (1 = the first).
+    poster_dies_at: tuple[int, ...] = (1,)
     #: What the author derived on paper: protection -> the story settings under which removing it
     #: (all others on) breaks exactly the runs that break. None: the sweep reports, not judges.
-    expect_necessity: dict[str, dict[str, tuple[str, ...]]] | None = None
+    expect_necessity: dict[str, dict[str, Any]] | None = None
 
-    def figure(self, version: str) -> str | None:
-        m = re.search(self.consumer.pattern, self.versions[version][self.consumer.quotes])
+    def figure(self, version: str, consumer: Consumer | None = None) -> str | None:
+        """The figure ``consumer`` (default: the main one) would quote from ``version``."""
+        c = consumer or self.consumer
+        m = re.search(c.pattern, self.versions[version][c.quotes])
         return m.group(1) if m else None
 
 
@@ -145,17 +179,21 @@ class Scenario:
 #: Unknown keys are refused with a suggestion, so a misspelled optional field never passes silently.
 _SCHEMA: dict[str, frozenset[str] | None] = {
     "": frozenset({"format", "name", "work_id", "description", "epoch_floor", "versions", "work",
-                   "clock", "timeline", "consumer", "switches", "expect"}),
+                   "clock", "timeline", "consumer", "consumers", "receiver", "switches", "expect"}),
     "versions": None,
     "work": frozenset({"steps", "first_version", "title", "announce", "max_summary_chars", "contract"}),
     "work.contract": frozenset({"name", "version", "assessor"}),
     "clock": frozenset({"heartbeat_every", "missed_beats", "max_ticks"}),
-    "timeline": frozenset({"silent_attempt", "silent_step", "wake_at", "new_version", "change_at",
-                           "poster_dies"}),
+    "timeline": frozenset({"silent_attempt", "silent_step", "silent_point", "wake_at", "new_version",
+                           "change_at", "then", "poster_dies"}),
+    "receiver": frozenset({"retention"}),
     "timeline.change_at": frozenset({"during", "after"}),
     "consumer": frozenset({"name", "ready_at", "quotes", "pattern", "unit", "needs", "fail_open"}),
     "switches": frozenset(SWITCHES),
     "expect": frozenset({"necessity"}),
+    # arrays of tables: each entry is checked against these keys
+    "consumers[]": frozenset({"name", "ready_at", "quotes", "pattern", "unit", "needs"}),
+    "timeline.then[]": frozenset({"version", "after"}),
     "expect.necessity": frozenset({"fencing", "pins", "key", "strict"}),
 }
 
@@ -183,6 +221,9 @@ class _Reader:
     def check_keys(self) -> None:
         """Refuse every key the format does not know, naming the nearest known one."""
         for path, known in _SCHEMA.items():
+            if path.endswith("[]"):
+                self.check_entries(path[:-2], known or frozenset())
+                continue
             table = self.data if not path else self.table(path, required=False)
             if known is None or not isinstance(table, Mapping):
                 continue
@@ -190,6 +231,33 @@ class _Reader:
                 if key not in known:
                     where = f"{path}.{key}" if path else key
                     raise self.fail(where, f"unknown field{_suggest(key, known)}")
+
+    def check_entries(self, path: str, known: frozenset[str]) -> None:
+        table_path, _, key = path.rpartition(".")
+        parent = self.data if not table_path else self.table(table_path, required=False)
+        entries = parent.get(key) if isinstance(parent, Mapping) else None
+        if entries is None:
+            return
+        if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+            raise self.fail(path, "must be an array of tables ([[...]])")
+        for i, entry in enumerate(entries):
+            for k in entry:
+                if k not in known:
+                    raise self.fail(f"{path}[{i}].{k}", f"unknown field{_suggest(k, known)}")
+
+    def entry(self, path: str, i: int, key: str, kind: type, *, default: Any = ...) -> Any:
+        table_path, _, name = path.rpartition(".")
+        parent = self.data if not table_path else self.table(table_path)
+        entry = parent[name][i]
+        where = f"{path}[{i}].{key}"
+        if key not in entry:
+            if default is not ...:
+                return default
+            raise self.fail(where, "is missing")
+        value = entry[key]
+        if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
+            raise self.fail(where, f"must be {kind.__name__}, not {type(value).__name__}")
+        return value
 
     def missing(self, path: str) -> ScenarioError:
         table_path, _, key = path.rpartition(".")
@@ -222,6 +290,15 @@ class _Reader:
         if not isinstance(value, kind):
             raise self.fail(path, f"must be {kind.__name__}, not {type(value).__name__}")
         return value
+
+
+def _values(r: _Reader, path: str, sw_name: str, values: Any) -> tuple[str, ...]:
+    if sw_name not in SWITCHES:
+        raise r.fail(path, f"not a switch{_suggest(sw_name, set(SWITCHES))}")
+    if (not isinstance(values, list) or not values
+            or any(v not in SWITCHES[sw_name] for v in values)):
+        raise r.fail(path, f"must be a non-empty list of {', '.join(SWITCHES[sw_name])}")
+    return tuple(sorted(values))
 
 
 def parse_scenario(text: str, source: str = "<string>") -> Scenario:
@@ -291,9 +368,18 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     silent_step = r.get("timeline.silent_step", str)
     if silent_step not in steps:
         raise r.fail("timeline.silent_step", f"{silent_step!r} is not in work.steps")
-    poster_dies = r.get("timeline.poster_dies", str)
-    if poster_dies not in ("first",):
-        raise r.fail("timeline.poster_dies", "only 'first' is supported")
+    poster_raw = r.table("timeline").get("poster_dies", "first")
+    if poster_raw == "first":
+        poster_dies, poster_dies_at = "first", (1,)
+    elif (isinstance(poster_raw, list) and poster_raw
+          and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 100 for n in poster_raw)):
+        poster_dies, poster_dies_at = "listed", tuple(sorted(set(poster_raw)))
+    else:
+        raise r.fail("timeline.poster_dies", "must be 'first' or a list of posting attempts that die "
+                     "(1 = the first post, 2 = the retry, …; at most 100)")
+    silent_point = r.get("timeline.silent_point", str, default="after-call")
+    if silent_point not in SILENT_POINTS:
+        raise r.fail("timeline.silent_point", f"must be one of {', '.join(SILENT_POINTS)}")
     quotes = r.get("consumer.quotes", str)
     if quotes not in steps:
         raise r.fail("consumer.quotes", f"{quotes!r} is not in work.steps")
@@ -343,28 +429,73 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     for path in ("name", "work_id"):
         if not r.get(path, str).strip():
             raise r.fail(path, "must not be empty")
-    expect_necessity: dict[str, dict[str, tuple[str, ...]]] | None = None
+    consumer = Consumer(
+        name=r.get("consumer.name", str), ready_at=ready_at, quotes=quotes,
+        pattern=pattern, needs=needs, fail_open=r.get("consumer.fail_open", bool, default=False),
+        unit=r.get("consumer.unit", str, default=""),
+    )
+    then: list[Change] = []
+    for i in range(len(r.table("timeline").get("then", []))):
+        version = r.entry("timeline.then", i, "version", str)
+        if version not in versions:
+            raise r.fail(f"timeline.then[{i}].version", f"{version!r} is not a version")
+        after = r.entry("timeline.then", i, "after", int)
+        if not 1 <= after < max_ticks:
+            raise r.fail(f"timeline.then[{i}].after", f"must be between 1 and {max_ticks - 1}")
+        then.append(Change(version=version, after=after))
+    more: list[Consumer] = []
+    for i in range(len(r.data.get("consumers", []))):
+        name = r.entry("consumers", i, "name", str)
+        if name == consumer.name or any(c.name == name for c in more):
+            raise r.fail(f"consumers[{i}].name", f"{name!r} names another consumer")
+        c_quotes = r.entry("consumers", i, "quotes", str, default=consumer.quotes)
+        if c_quotes not in steps:
+            raise r.fail(f"consumers[{i}].quotes", f"{c_quotes!r} is not in work.steps")
+        c_pattern = r.entry("consumers", i, "pattern", str, default=consumer.pattern)
+        try:
+            ok = re.compile(c_pattern).groups >= 1 and all(
+                (m := re.search(c_pattern, v[c_quotes])) is not None and m.group(1) is not None
+                for v in versions.values())
+        except re.error as exc:
+            raise r.fail(f"consumers[{i}].pattern", f"not a regular expression: {exc}") from exc
+        if not ok:
+            raise r.fail(f"consumers[{i}].pattern", "needs one capturing group that finds a figure "
+                         f"in {c_quotes!r} of every version")
+        c_needs = r.entry("consumers", i, "needs", str)
+        pinned = c_needs.removeprefix("version:")
+        if c_needs not in NEEDS and not (c_needs.startswith("version:") and pinned in versions):
+            raise r.fail(f"consumers[{i}].needs", f"must be one of {', '.join(NEEDS)} or "
+                         f"version:NAME with NAME one of {', '.join(versions)}")
+        c_ready = r.entry("consumers", i, "ready_at", int)
+        if not 0 <= c_ready < max_ticks:
+            raise r.fail(f"consumers[{i}].ready_at", f"must be between 0 and {max_ticks - 1}")
+        more.append(Consumer(name=name, ready_at=c_ready, quotes=c_quotes, pattern=c_pattern,
+                              needs=c_needs, fail_open=False,
+                              unit=r.entry("consumers", i, "unit", str, default=consumer.unit)))
+    retention: int | None = None
+    if "retention" in r.table("receiver", required=False):
+        retention = r.get("receiver.retention", int)
+        if not 0 <= retention < max_ticks:
+            raise r.fail("receiver.retention", f"must be between 0 and {max_ticks - 1} ticks")
+    expect_necessity: dict[str, dict[str, Any]] | None = None
     if "necessity" in r.table("expect", required=False):
         expect_necessity = {}
         for prot, when in r.table("expect.necessity").items():
             path = f"expect.necessity.{prot}"
             if not isinstance(when, Mapping):
                 raise r.fail(path, "must be a table of story switch -> list of values ({} = every run)")
-            cond: dict[str, tuple[str, ...]] = {}
+            cond: dict[str, Any] = {}
             for sw_name, values in when.items():
-                if sw_name not in SWITCHES:
-                    raise r.fail(f"{path}.{sw_name}", f"not a switch{_suggest(sw_name, set(SWITCHES))}")
-                if (not isinstance(values, list) or not values
-                        or any(v not in SWITCHES[sw_name] for v in values)):
-                    raise r.fail(f"{path}.{sw_name}",
-                                 f"must be a non-empty list of {', '.join(SWITCHES[sw_name])}")
-                cond[sw_name] = tuple(sorted(values))
+                if "=" in sw_name:        # one value of the removed switch: its own description
+                    own, _, val = sw_name.partition("=")
+                    if own not in SWITCHES or val not in SWITCHES[own] or not isinstance(values, Mapping):
+                        raise r.fail(f"{path}.{sw_name}", "must be SWITCH=VALUE = { story switch = "
+                                     "[values] } with a known switch and value")
+                    cond[sw_name] = {k: _values(r, f"{path}.{sw_name}.{k}", k, v)
+                                     for k, v in values.items()}
+                    continue
+                cond[sw_name] = _values(r, f"{path}.{sw_name}", sw_name, values)
             expect_necessity[prot] = cond
-    consumer = Consumer(
-        name=r.get("consumer.name", str), ready_at=ready_at, quotes=quotes,
-        pattern=pattern, needs=needs, fail_open=r.get("consumer.fail_open", bool, default=False),
-        unit=r.get("consumer.unit", str, default=""),
-    )
     return Scenario(
         name=r.get("name", str), work_id=r.get("work_id", str),
         description=r.get("description", str, default=""),
@@ -375,7 +506,8 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         max_ticks=ints["clock.max_ticks"], silent_attempt=ints["timeline.silent_attempt"],
         silent_step=silent_step, wake_at=ints["timeline.wake_at"], new_version=new_version,
         change_at=change_at, poster_dies=poster_dies, consumer=consumer, defaults=defaults,
-        source=source, expect_necessity=expect_necessity,
+        source=source, expect_necessity=expect_necessity, silent_point=silent_point,
+        then=tuple(then), consumers=tuple(more), retention=retention, poster_dies_at=poster_dies_at,
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from outlive import Backend
 
@@ -20,7 +21,7 @@ class SweepResult:
     runs: dict[str, RunSummary]
     seconds: float
     #: The scenario's expected necessity (its ``[expect.necessity]``), judged by check_claims.
-    expected: dict[str, dict[str, tuple[str, ...]]] | None = None
+    expected: dict[str, dict[str, Any]] | None = None
 
     def by_switches(self, sw: Switches) -> RunSummary:
         return self.runs[sw.label]
@@ -90,23 +91,52 @@ class Necessity:
     #: (e.g. ``{"silent": ("paused",)}``), or None when no single switch describes it.
     breaks_when: dict[str, tuple[str, ...]] | None
     broken_labels: tuple[str, ...]
+    #: When the removed protection has several "off" values (``rule=accepted``, ``rule=finished``)
+    #: that break under different stories: each value's own description.
+    by_value: dict[str, dict[str, tuple[str, ...]] | None] = field(default_factory=dict)
 
     @property
     def necessary(self) -> bool:
         return self.broken > 0
 
+    def _broke(self, value: str) -> bool:
+        return any(value in label.split(",") for label in self.broken_labels)
+
     @property
     def described(self) -> str:
         if not self.broken:
             return "never broke a run here"
+        if self.breaks_when is None and self.by_value:
+            parts = [f"{k}: " + ("never" if w is None and not self._broke(k) else
+                                 "every run" if w == {} else
+                                 " and ".join(f"{s} in {{{', '.join(v)}}}" for s, v in w.items())
+                                 if w is not None else "no single switch")
+                     for k, w in self.by_value.items()]
+            return f"broke {self.broken}/{self.runs} runs - " + "; ".join(parts)
         if self.breaks_when is None:
             return f"broke {self.broken}/{self.runs} runs (no single switch describes which)"
+        if not self.breaks_when:
+            return f"broke every run ({self.broken}/{self.runs})"
         cond = " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in self.breaks_when.items())
         return f"broke exactly the runs where {cond} ({self.broken}/{self.runs})"
 
 
 def _removed(sw: Switches, switch: str, on: str) -> bool:
     return getattr(sw, switch) != on and sw.set(**{switch: on}).protected
+
+
+def _describe(subset: list[tuple[Switches, RunSummary]], broken: set[str],
+              switches: tuple[str, ...]) -> dict[str, tuple[str, ...]] | None:
+    """The one switch whose values pick out exactly ``broken`` in ``subset`` ({}: all of it)."""
+    if not broken:
+        return None
+    if len(broken) == len(subset):
+        return {}
+    for story in switches:
+        values = sorted({getattr(sw, story) for sw, _ in subset if sw.label in broken})
+        if {sw.label for sw, _ in subset if getattr(sw, story) in values} == broken:
+            return {story: tuple(values)}
+    return None
 
 
 def necessity(result: SweepResult) -> list[Necessity]:
@@ -116,21 +146,20 @@ def necessity(result: SweepResult) -> list[Necessity]:
     for name, switch, on in PROTECTIONS:
         subset = [(sw, r) for sw, r in runs if _removed(sw, switch, on)]
         broken = {sw.label for sw, r in subset if not r.clean}
-        when: dict[str, tuple[str, ...]] | None = None
-        if broken and len(broken) < len(subset):
-            for story in (*_STORY, switch):
-                values = sorted({getattr(sw, story) for sw, _ in subset if sw.label in broken})
-                if {sw.label for sw, _ in subset if getattr(sw, story) in values} == broken:
-                    when = {story: tuple(values)}
-                    break
-        elif broken:
-            when = {}
+        when = _describe(subset, broken, (*_STORY, switch))
+        by_value: dict[str, dict[str, tuple[str, ...]] | None] = {}
+        if when is None and broken:
+            for value in sorted({getattr(sw, switch) for sw, _ in subset}):
+                part = [(sw, r) for sw, r in subset if getattr(sw, switch) == value]
+                by_value[f"{switch}={value}"] = _describe(
+                    part, {sw.label for sw, r in part if not r.clean}, _STORY)
         out.append(Necessity(protection=name, runs=len(subset), broken=len(broken),
-                             breaks_when=when, broken_labels=tuple(sorted(broken))))
+                             breaks_when=when, broken_labels=tuple(sorted(broken)),
+                             by_value=by_value))
     return out
 
 
-def check_claims(result: SweepResult, expected: dict[str, dict[str, tuple[str, ...]]] | None = None
+def check_claims(result: SweepResult, expected: dict[str, dict[str, Any]] | None = None
                  ) -> list[Claim]:
     """The claims every scenario's sweep must satisfy, then the expected necessity, if any.
 
@@ -178,9 +207,15 @@ def check_claims(result: SweepResult, expected: dict[str, dict[str, tuple[str, .
         found = {n.protection: n for n in necessity(result)}
         for name, when in expected.items():
             n = found[name]
-            holds = n.necessary and n.breaks_when == when
-            want = ("every run" if not when else
-                    " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in when.items()))
+            if when and all("=" in k for k in when):       # per value of the removed switch
+                holds = n.necessary and n.by_value == when
+                want = "; ".join(f"{k}: " + " and ".join(f"{s} in {{{', '.join(v)}}}"
+                                                           for s, v in (w or {}).items())
+                                 for k, w in when.items())
+            else:
+                holds = n.necessary and n.breaks_when == when
+                want = ("every run" if not when else
+                        " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in when.items()))
             claims.append(Claim(
                 name=f"{name}-needed", text=f"removing {name} breaks exactly the runs where {want}",
                 holds=holds, detail=n.described, must=False))

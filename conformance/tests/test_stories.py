@@ -1,0 +1,98 @@
+"""The article's stories beyond q3-report, as shipped scenario files, against outcomes derived on
+paper (docs/conformance.md, "Shipped scenarios"). Each sweep's necessity is computed from its runs
+and checked against the file's own [expect.necessity]."""
+
+from __future__ import annotations
+
+import pytest
+
+import outlive
+from outlive_conformance.harness import RunSummary, run_scenario
+from outlive_conformance.scenario import find_scenario, shipped
+from outlive_conformance.sweep import check_claims, sweep
+
+
+async def _main_run(name: str) -> RunSummary:
+    sc = find_scenario(name)
+    backend = await outlive.open_backend("memory://")
+    try:
+        return await run_scenario(backend, sc)
+    finally:
+        await backend.close()
+
+
+def test_four_stories_ship_with_the_package() -> None:
+    assert set(shipped()) >= {"q3-report", "late-newsletter", "two-corrections", "forgetful-feed"}
+
+
+async def test_a_second_correction_while_the_first_is_rebuilt_refuses_the_stale_digest() -> None:
+    s = await _main_run("two-corrections")
+    assert s.model_calls == 7 and s.posts == 1 and s.clean
+    assert [(t, a, r) for t, a, r in s.refused] == [(10, 2, "VersionMismatch")]   # built for v2
+    assert [(a.tick, a.recorded_version, a.figure) for a in s.accepted] == [(13, "v3", "4.9")]
+    assert (s.newsletter_start, s.newsletter_figure) == (14, "4.9")
+
+
+async def test_a_historical_reader_waits_rather_than_take_another_version() -> None:
+    s = await _main_run("two-corrections")
+    auditor, dashboard = s.consumers["auditor"], s.consumers["dashboard"]
+    assert auditor["start"] is None            # v1 was never accepted: told "not yet", never 4.7
+    assert (dashboard["start"], dashboard["figure"]) == (14, "4.9")
+    assert s.invariants["consumers_get_what_they_need"]
+
+
+async def test_a_historical_reader_gets_the_version_it_pinned_when_it_was_accepted() -> None:
+    sc = find_scenario("two-corrections")
+    backend = await outlive.open_backend("memory://")
+    try:
+        s = await run_scenario(backend, sc, sc.defaults.set(change="after"))
+    finally:
+        await backend.close()
+    assert (s.consumers["auditor"]["start"], s.consumers["auditor"]["figure"]) == (12, "4.1")
+    assert s.clean
+
+
+async def test_a_feed_that_forgets_the_key_applies_the_retry_again_and_says_so() -> None:
+    s = await _main_run("forgetful-feed")
+    assert s.posts == 2 and s.applied_after_retention == 1
+    assert s.invariants["one_effect_per_operation"]      # once, for as long as the feed kept the key
+    assert any("no longer keeps it" in e.text for e in s.trace)
+
+
+async def test_a_worker_silent_before_its_call_makes_the_call_only_when_it_wakes() -> None:
+    s = await _main_run("forgetful-feed")
+    silent = [e for e in s.trace if e.mark == "silent"]
+    assert silent and "before the model call" in silent[0].text
+    assert s.model_calls == 6 and s.late_writes_rejected == ((8, 1, "StaleOwner"),)
+
+
+@pytest.mark.parametrize("name", ["two-corrections", "forgetful-feed"])
+async def test_each_storys_sweep_shows_what_its_author_derived(name: str) -> None:
+    backend = await outlive.open_backend("memory://")
+    try:
+        result = await sweep(backend, find_scenario(name), concurrency=8)
+    finally:
+        await backend.close()
+    claims = check_claims(result)
+    assert {c.name for c in claims if not c.must} == {
+        "fencing-needed", "pins-needed", "key-needed", "strict-needed"}
+    assert all(c.holds for c in claims), [(c.name, c.detail) for c in claims if not c.holds]
+
+
+async def test_a_worker_silent_after_its_record_keeps_that_step_and_is_refused_at_the_next() -> None:
+    from importlib import resources
+
+    from outlive_conformance.scenario import parse_scenario
+
+    text = (resources.files("outlive_conformance") / "scenarios" / "q3-report.toml").read_text()
+    text = text.replace('silent_step = "s3"', 'silent_step = "s3"\nsilent_point = "after-record"', 1)
+    text = text[:text.index("[expect.necessity]")]
+    sc = parse_scenario(text, "after-record.toml")
+    backend = await outlive.open_backend("memory://")
+    try:
+        s = await run_scenario(backend, sc)
+    finally:
+        await backend.close()
+    assert s.restored["2"] == ("s1", "s3")            # #1's s3 was journaled before the silence
+    assert [(t, a) for t, a, _ in s.late_writes_rejected] == [(9, 1)]   # its s4, after waking
+    assert s.clean
