@@ -29,10 +29,10 @@ __all__ = ["BACKENDS", "KNOWN_EXTRAS", "Backend", "StepCall", "install_hint", "o
 BACKENDS: dict[str, str] = {
     "memory": "outlive._memory:MemoryBackend",
     "sqlite": "outlive._sqlite:SqliteBackend",
-    "temporal": "outlive_temporal.backend:TemporalBackend",
-    "restate": "outlive_restate.backend:RestateBackend",
-    "langgraph+sqlite": "outlive_langgraph.backend:LangGraphSqliteBackend",
-    "langgraph+memory": "outlive_langgraph.backend:LangGraphMemoryBackend",
+    "temporal": "outlive_temporal:TemporalBackend",
+    "restate": "outlive_restate:RestateBackend",
+    "langgraph+sqlite": "outlive_langgraph:LangGraphSqliteBackend",
+    "langgraph+memory": "outlive_langgraph:LangGraphMemoryBackend",
     "langgraph+postgres": "outlive_langgraph.postgres:LangGraphPostgresBackend",
 }
 
@@ -160,12 +160,17 @@ def _missing(scheme: str, exc: ImportError | None = None) -> MissingExtra:
 def _factory(scheme: str) -> Callable[[str], Backend]:
     if scheme in _REGISTRY:
         return _REGISTRY[scheme]
-    target = BACKENDS.get(scheme)
+    # An adapter's own entry point is the authority on where its backend lives (the table below
+    # is only the fallback that turns a missing adapter into an install hint); the core's own
+    # schemes never depend on what is installed.
+    target = None if scheme in KNOWN_EXTRAS else BACKENDS.get(scheme)
     if target is None:
         for ep in metadata.entry_points(group="outlive.backends"):
             if ep.name == scheme:
                 target = ep.value
                 break
+    if target is None:
+        target = BACKENDS.get(scheme)
     if target is None:
         if scheme in KNOWN_EXTRAS:
             raise _missing(scheme)
