@@ -17,3 +17,4 @@ sweep-temporal: install
 bench-temporal: install
 	mkdir -p .bench
 	$(PY) -m outlive_temporal.bench --out .bench/temporal.json
+	$(PY) -m outlive_temporal.bench_engine --out .bench/temporal_engine.json

@@ -41,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
     from outlive.hashing import canonical, content_hash, input_key
     from outlive.records import (
         Acceptance,
-        AttemptState,
         Candidate,
         Contract,
         InputVersion,
@@ -394,7 +393,7 @@ class _WorkLedger:
             self.publish(version, inputs)
         for _ in range(self.owner.outlive_max_attempts):
             cur = self.state.current_attempt
-            if cur is None or cur.state not in (AttemptState.ADMITTED, AttemptState.RUNNING):
+            if not L.is_live(cur):
                 cur = self.apply(L.Admit(at=self.now())).record
             assert cur is not None and cur.pinned_version is not None
             attempt = Attempt(self, cur)
@@ -568,7 +567,7 @@ class Work:
 #: What may arrive from outside the workflow: fenced writes of a (possibly late) attempt and the
 #: controller's verdicts. Opening, publishing (with content) and admitting are the workflow's own.
 _WRITES = (L.Heartbeat, L.MarkUnknown, L.MarkStopped, L.RecordSteps, L.SubmitCandidate,
-           L.RecordIntent, L.ConfirmEffect, L.Accept, L.Finish)
+           L.RecordIntent, L.ConfirmEffect, L.Accept, L.Finish, L.Wait, L.Resume)
 
 
 def _command(text: str) -> L.Command:

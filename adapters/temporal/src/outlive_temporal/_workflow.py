@@ -34,8 +34,6 @@ __all__ = ["LEDGER_WORKFLOW", "STEP_ACTIVITY", "BatchItem", "BatchReply", "Batch
 LEDGER_WORKFLOW = "OutliveLedger"
 STEP_ACTIVITY = "outlive_step"
 
-_COMMANDS = (L.OpenWork, L.PublishInput, L.Admit, L.Heartbeat, L.MarkUnknown, L.MarkStopped,
-             L.RecordSteps, L.SubmitCandidate, L.Accept, L.RecordIntent, L.ConfirmEffect, L.Finish)
 
 
 @dataclass
@@ -142,7 +140,7 @@ class LedgerWorkflow:
     def _apply(self, text: str) -> tuple[WorkState, L.Outcome]:
         try:
             cmd = codec.loads(text)
-            if not isinstance(cmd, _COMMANDS):
+            if not L.is_command(cmd):
                 raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
             return L.apply(self._state, cmd, work_id=self._work_id)
         except Exception as exc:

@@ -1,0 +1,153 @@
+"""The in-engine shape measured: a step inside the user's workflow, and takeover latency.
+
+* ``step``: a workflow that extends :class:`~outlive_temporal.Work` and runs N steps with
+  ``Attempt.step`` (restore-or-run, a fenced journal write in workflow code per step) against a
+  plain workflow running ``workflow.execute_activity`` of the same activity N times, with the same
+  options (one try, the same heartbeat and start-to-close timeouts). Same server, same worker,
+  same client, both in the workflow sandbox; the two loops alternate, several rounds.
+* ``takeover``: a step that heartbeats once and then goes silent; the time from that last
+  heartbeat to the successor's first activity starting (heartbeat timeout 1 s), several times.
+
+``python -m outlive_temporal.bench_engine [--steps N] [--rounds R] [--out FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
+
+from ._engine import Attempt, Work
+from ._plugin import OutlivePlugin
+from .devserver import DevServer
+
+__all__ = ["main", "run_bench"]
+
+_OPTS: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=30),
+                         "heartbeat_timeout": timedelta(seconds=10),
+                         "retry_policy": RetryPolicy(maximum_attempts=1)}
+#: Times the silent step recorded: its last heartbeat, and the successor's start.
+_TAKEOVER: dict[str, float] = {}
+
+
+@activity.defn(name="bench_engine_step")
+async def bench_engine_step(text: str) -> str:
+    return text[:12]
+
+
+@activity.defn(name="bench_engine_silent")
+async def bench_engine_silent(tag: str) -> str:
+    if f"{tag}.beat" not in _TAKEOVER:
+        activity.heartbeat()
+        _TAKEOVER[f"{tag}.beat"] = time.time()
+        await asyncio.sleep(3600)  # silent from now on; Temporal times it out
+    _TAKEOVER[f"{tag}.successor"] = time.time()
+    return tag
+
+
+@workflow.defn(name="BenchRawLoop")
+class RawLoop:
+    @workflow.run
+    async def run(self, n: int) -> int:
+        for i in range(n):
+            await workflow.execute_activity(bench_engine_step, f"text {i}", **_OPTS)
+        return n
+
+
+@workflow.defn(name="BenchEngineLoop")
+class EngineLoop(Work):
+    @workflow.run
+    async def run(self, spec: dict[str, int]) -> int:
+        return await self.drive(self.attempt, spec)
+
+    async def attempt(self, a: Attempt, spec: dict[str, int]) -> int:
+        for i in range(spec["n"]):
+            await a.step(f"s{i}", bench_engine_step, f"text {i}", **_OPTS)
+        return spec["n"]
+
+
+@workflow.defn(name="BenchTakeover")
+class TakeoverWork(Work):
+    outlive_heartbeat = timedelta(seconds=1)
+
+    @workflow.run
+    async def run(self, spec: dict[str, str]) -> str:
+        return await self.drive(self.attempt, spec)
+
+    async def attempt(self, a: Attempt, spec: dict[str, str]) -> str:
+        out: str = await a.step("silent", bench_engine_silent, spec["tag"],
+                                start_to_close_timeout=timedelta(seconds=60))
+        return out
+
+
+async def _timed(client: Client, queue: str, workflow_name: str, arg: Any, n: int) -> float:
+    t0 = time.perf_counter()
+    await client.execute_workflow(workflow_name, arg, id=f"bench/{uuid.uuid4().hex}",
+                                  task_queue=queue)
+    return (time.perf_counter() - t0) * 1000 / n
+
+
+async def run_bench(address: str, n: int, rounds: int) -> dict[str, Any]:
+    client = await Client.connect(address, plugins=[OutlivePlugin()])
+    queue = f"bench-engine-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=queue, workflows=[RawLoop, EngineLoop, TakeoverWork],
+                      activities=[bench_engine_step, bench_engine_silent]):
+        await _timed(client, queue, "BenchRawLoop", 20, 20)          # warm up both paths
+        await _timed(client, queue, "BenchEngineLoop", {"n": 20}, 20)
+        raw: list[float] = []
+        eng: list[float] = []
+        for _ in range(rounds):
+            raw.append(await _timed(client, queue, "BenchRawLoop", n, n))
+            eng.append(await _timed(client, queue, "BenchEngineLoop", {"n": n}, n))
+        takeovers: list[float] = []
+        for _ in range(5):
+            tag = uuid.uuid4().hex[:8]
+            await client.execute_workflow("BenchTakeover", {"tag": tag}, id=f"bench/t/{tag}",
+                                          task_queue=queue)
+            takeovers.append((_TAKEOVER[f"{tag}.successor"] - _TAKEOVER[f"{tag}.beat"]) * 1000)
+    ratios = [e / r for e, r in zip(eng, raw, strict=True)]
+    return {
+        "steps": n,
+        "rounds": rounds,
+        "raw_step_ms": [round(x, 2) for x in raw],
+        "engine_step_ms": [round(x, 2) for x in eng],
+        "ratio_per_round": [round(x, 3) for x in ratios],
+        "ratio_of_medians": round(statistics.median(eng) / statistics.median(raw), 3),
+        "target_ratio": 1.10,
+        "takeover_heartbeat_timeout_ms": 1000,
+        "takeover_ms": [round(x) for x in takeovers],
+        "takeover_median_ms": round(statistics.median(takeovers)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m outlive_temporal.bench_engine")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    with DevServer(poll_cap_raised=True) as srv:
+        res = asyncio.run(run_bench(srv.address, args.steps, args.rounds))
+    text = json.dumps(res, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    # the workflow sandbox re-imports a workflow's module by name: run the importable copy
+    from outlive_temporal import bench_engine
+
+    raise SystemExit(bench_engine.main())
