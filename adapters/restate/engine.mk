@@ -8,7 +8,7 @@ RESTATE_BIN := $(RESTATE_DIR)/node_modules/@restatedev/restate-server-linux-x64/
 ENGINE_TARGETS += engine-restate
 BENCH_TARGETS += bench-restate
 
-.PHONY: engine-restate sweep-restate bench-restate
+.PHONY: engine-restate sweep-restate sweep-restate-client bench-restate
 
 engine-restate: $(RESTATE_DIR)/.installed-$(RESTATE_VERSION)
 
@@ -19,7 +19,12 @@ $(RESTATE_DIR)/.installed-$(RESTATE_VERSION):
 	$(RESTATE_BIN) --version | grep -q "$(RESTATE_VERSION)"
 	touch $@
 
+# The 864 runs with every attempt inside a Restate handler (restate+handler://), each compared
+# with memory://; sweep-restate-client drives the attempts from the client instead.
 sweep-restate: install engine-restate
+	$(PY) -m outlive_restate.server -- $(VENV)/bin/outlive sweep --backend {handler_url}
+
+sweep-restate-client: install engine-restate
 	$(PY) -m outlive_restate.server -- $(VENV)/bin/outlive sweep --backend {url}
 
 bench-restate: install engine-restate

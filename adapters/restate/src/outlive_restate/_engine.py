@@ -95,13 +95,17 @@ class HandlerBackend(Backend):
 
     capabilities = frozenset({"atomic-commands", "durable", "engine-steps"})
 
-    def __init__(self, ctx: restate.Context, *, ledger: str = LEDGER, write: Write = "call") -> None:
+    def __init__(self, ctx: restate.Context, *, ledger: str = LEDGER, write: Write = "call",
+                 stamp: bool = True) -> None:
         super().__init__(f"restate+handler://{ledger}")
         if write not in ("send", "call"):
             raise InvalidRecord(f"write is 'send' or 'call', not {write!r}")
         self.ctx = ctx
         self.ledger = ledger
         self.write = write
+        #: Time each command through the journal (False: keep the ``at`` the caller gave, as a
+        #: logical clock does; it travels inside the journaled call).
+        self.stamp = stamp
         #: The last journaled time (ms): the Worker's clock inside a handler.
         self.now = 0
         self._first_load: WorkState | None = None
@@ -116,7 +120,7 @@ class HandlerBackend(Backend):
 
     async def _stamp(self, command: L.Command) -> L.Command:
         """A command timed now, through the journal (a step's write keeps its step's time)."""
-        if isinstance(command, L.RecordSteps) or not hasattr(command, "at"):
+        if not self.stamp or isinstance(command, L.RecordSteps) or not hasattr(command, "at"):
             return command
         return replace(command, at=await self.tick())  # type: ignore[arg-type]
 

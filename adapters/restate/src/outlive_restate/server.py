@@ -258,7 +258,11 @@ class RestateServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m outlive_restate.server [--base-dir D] [-- CMD ... {url} ...]``."""
+    """``python -m outlive_restate.server [--base-dir D] [-- CMD ... {url} ...]``.
+
+    ``{handler_url}`` in CMD is the same server as ``restate+handler://`` (the conformance
+    scenario with every attempt inside a handler, :mod:`outlive_restate.testing`).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     cmd: list[str] = []
     if "--" in argv:
@@ -278,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if cmd:
             t1 = time.monotonic()
-            rc = subprocess.call([c.replace("{url}", srv.url) for c in cmd])
+            handler_url = srv.url.replace("restate://", "restate+handler://", 1)
+            rc = subprocess.call([c.replace("{url}", srv.url).replace("{handler_url}", handler_url)
+                                  for c in cmd])
             print(f"command exited {rc} after {time.monotonic() - t1:.1f}s", file=sys.stderr)
             return rc
         print(srv.url, flush=True)
