@@ -57,7 +57,7 @@ def test_kill_right_after_an_outlive_task_returns_in_an_entrypoint(tmp_path: Pat
     assert [ln.split()[1] for ln in proc.stdout.splitlines()] == ["s1", "s2"]
     conn = sqlite3.connect(db)
     lg_saved = conn.execute("SELECT count(*) FROM writes WHERE thread_id = ? AND "
-                            "channel = '__return__'", (step_thread_id("q3", 1),)).fetchone()[0]
+                            "channel = '__return__'", ("q3",)).fetchone()[0]   # the user's thread
     conn.close()
     got = _second(db)
     assert got["journal_before"] == ["s1", "s2"], "outlive lost nothing that was reported done"

@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.func import entrypoint, task
+from langgraph.graph import END, START, StateGraph
 
 import outlive
 from outlive import Controller, Worker
@@ -54,10 +57,11 @@ async def test_plain_langgraph_forks_and_the_stale_writer_wins(tmp_path: Path) -
         release.set()
         late = await stale  # no error: nothing told the paused worker it lost ownership
         assert late == {"revenue": V1["s2"]}
-        snapshot = await asyncio.to_thread(digest.get_state, config)
+        snapshot = await digest.aget_state(config)
         assert snapshot.values == {"revenue": V1["s2"]}, "the thread now shows the stale 4.1 M"
+        chain = [t async for t in b.checkpointer.alist(config)]
         parents = Counter(t.parent_config["configurable"]["checkpoint_id"]
-                          for t in b.checkpointer.list(config) if t.parent_config)
+                          for t in chain if t.parent_config)
         assert max(parents.values()) >= 2, "two checkpoints share one parent: the chain forked"
     finally:
         await b.close()
@@ -105,3 +109,88 @@ async def test_the_same_program_on_outlive_refuses_the_late_writer(tmp_path: Pat
         assert st.stale_writes_applied == 0
     finally:
         await b.close()
+
+
+class Draft(TypedDict, total=False):
+    report: str
+    draft: str
+
+
+async def test_a_paused_attempt_cannot_fork_the_users_thread(lg_url: str, tmp_path: Path) -> None:
+    """The fence is inside LangGraph's own writes: the woken attempt's plain node (no outlive
+    step at all) finishes, and its ``put_writes``/``put`` are refused with ``StaleOwner``."""
+    b = await outlive.open_backend(lg_url)
+    assert isinstance(b, LangGraphBackend)
+    held, release = asyncio.Event(), asyncio.Event()
+    try:
+        async def draft(state: Draft) -> Draft:   # the user's own node, not an outlive step
+            if state["report"] == "v1" and not held.is_set():
+                held.set()
+                await release.wait()
+            return {"draft": f"digest of {state['report']}"}
+
+        g = StateGraph(Draft)
+        g.add_node(draft)
+        g.add_edge(START, "draft")
+        g.add_edge("draft", END)
+        graph = g.compile(checkpointer=b.checkpointer)
+
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("q3")
+        await ctl.publish("q3", "v1", V1)
+        w1 = Worker(b, await ctl.admit("q3"), V1)
+        await w1.start()
+        thread: RunnableConfig = {"configurable": {"thread_id": "q3-report"}}
+        stale = asyncio.create_task(run(graph, {"report": "v1"}, worker=w1, config=thread))
+        await asyncio.wait_for(held.wait(), 10)
+        await ctl.publish("q3", "v2", V2)
+        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        w2 = Worker(b, await ctl.admit("q3"), V2)
+        await w2.start()
+        assert (await run(graph, {"report": "v2"}, worker=w2, config=thread))["draft"] == \
+            "digest of v2"
+        release.set()
+        with pytest.raises(outlive.StaleOwner):
+            await stale
+        snapshot = await graph.aget_state(thread)
+        assert snapshot.values["draft"] == "digest of v2", "the thread still shows #2's state"
+        history = [t async for t in b.checkpointer.alist(thread)]
+        parents = Counter(t.parent_config["configurable"]["checkpoint_id"]
+                          for t in history if t.parent_config)
+        assert max(parents.values()) == 1, "no two checkpoints share a parent: no fork"
+        # Each checkpoint names the attempt that wrote it (the config's scalars reach metadata).
+        writers = {t.metadata.get("outlive_attempt") for t in history}
+        assert writers == {1, 2}
+        assert all(t.metadata.get("outlive_attempt") == 2 for t in history
+                   if t.metadata.get("source") == "loop" and t.metadata.get("step", 0) >= 1)
+    finally:
+        await b.close()
+
+
+async def test_the_users_own_saver_is_fenced_too(tmp_path: Path) -> None:
+    """``backend.fence(saver)``: the user's own AsyncSqliteSaver, checked against the ledger."""
+    b = await outlive.open_backend("langgraph+memory://")
+    assert isinstance(b, LangGraphBackend)
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "mine.db")) as mine:
+        saver = b.fence(mine)
+
+        async def draft(state: Draft) -> Draft:
+            return {"draft": state["report"]}
+
+        g = StateGraph(Draft)
+        g.add_node(draft)
+        g.add_edge(START, "draft")
+        graph = g.compile(checkpointer=saver)
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("q3")
+        await ctl.publish("q3", "v1", V1)
+        w1 = Worker(b, await ctl.admit("q3"), V1)
+        thread: RunnableConfig = {"configurable": {"thread_id": "mine"}}
+        assert (await run(graph, {"report": "a"}, worker=w1, config=thread))["draft"] == "a"
+        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await ctl.admit("q3")
+        before = [t async for t in mine.alist(thread)]
+        with pytest.raises(outlive.StaleOwner):
+            await run(graph, {"report": "b"}, worker=w1, config=thread)
+        assert [t async for t in mine.alist(thread)] == before, "nothing written"
+    await b.close()

@@ -1,38 +1,57 @@
-"""outlive on LangGraph: the five records beside LangGraph's checkpoints.
+"""outlive inside LangGraph: the user's graph, checkpointer and thread, with the five records.
 
-``langgraph+sqlite:///PATH`` keeps outlive's fenced, input-keyed ledger in the same SQLite file as
-the SqliteSaver checkpoints; ``langgraph+memory://`` pairs an InMemorySaver with an in-process
-ledger. ``outlive_task`` turns an ordinary Functional-API function into an input-keyed, fenced
-step, so porting a LangGraph workflow is a few-line change.
+``outlive_task`` (Functional API) and ``outlive_node`` (``StateGraph``) make a step input-keyed
+and fenced; ``attempt_config(worker, config)`` adds the attempt's identity to the user's config
+(the thread stays the user's); ``run``/``astream`` invoke for an attempt. The backends keep the
+core ledger beside the checkpoints: ``langgraph+sqlite:///PATH`` (one SQLite file),
+``langgraph+memory://``, ``langgraph+postgres://…``; ``backend.checkpointer`` is a saver whose
+writes for a replaced attempt are refused, ``backend.fence(saver)`` wraps your own.
 """
 
 from __future__ import annotations
 
+try:
+    import langgraph  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("outlive_langgraph needs LangGraph: pip install outlive-langgraph") from exc
+
+from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer, may_write
+from ._context import OWNER_KEYS, Durability, owner_of
+from ._engine import (
+    OutliveTask,
+    astream,
+    attempt_config,
+    current_worker,
+    durability_for,
+    outlive_node,
+    outlive_task,
+    persist_for,
+    run,
+)
 from .backend import (
-    Durability,
     LangGraphBackend,
     LangGraphMemoryBackend,
     LangGraphSqliteBackend,
     step_thread_id,
 )
-from .program import (
-    OutliveTask,
-    current_worker,
-    durability_for,
-    outlive_task,
-    persist_for,
-    run,
-)
 
 __all__ = [
+    "OWNER_KEYS",
     "Durability",
+    "FencedAsyncSqliteSaver",
+    "FencedCheckpointer",
     "LangGraphBackend",
     "LangGraphMemoryBackend",
     "LangGraphSqliteBackend",
     "OutliveTask",
+    "astream",
+    "attempt_config",
     "current_worker",
     "durability_for",
+    "may_write",
+    "outlive_node",
     "outlive_task",
+    "owner_of",
     "persist_for",
     "run",
     "step_thread_id",

@@ -1,47 +1,50 @@
-"""``langgraph+sqlite:///PATH`` and ``langgraph+memory://``: outlive on LangGraph's Functional API.
+"""``langgraph+sqlite:///PATH`` and ``langgraph+memory://``: outlive's ledger beside LangGraph's checkpoints.
 
 LangGraph restores a task's result by *position* (checkpoint, step, task name, call index) and no
-saver offers compare-and-set, so neither of outlive's input-keyed journal nor its fenced ledger can
-be expressed with checkpoints alone. The ledger therefore lives beside the checkpoints:
+saver offers compare-and-set, so neither outlive's input-keyed journal nor its fenced ledger can
+be expressed with checkpoints alone. The ledger therefore lives beside the checkpoints, and is
+the core's own:
 
-* ``langgraph+sqlite``: tables ``outlive_works`` (the ledger head: attempts, epoch, inputs,
-  candidates, acceptances, effects) and ``outlive_journal`` (append-only, one row per entry) in
-  the *same SQLite file* as the SqliteSaver's ``checkpoints``/``writes`` tables, on the saver's own
-  connection and lock. Each command is one ``BEGIN IMMEDIATE`` transaction: read, apply
-  :func:`outlive.ledger.apply`, a conditional ``UPDATE ... WHERE seq = ?``, append new journal
-  rows, ``COMMIT``. A rejected command rolls back and writes nothing.
-* ``langgraph+memory``: an InMemorySaver and a dict guarded by a lock (one process, no durability).
+* ``langgraph+sqlite``: the core ``sqlite://`` ledger (tables ``outlive_works``,
+  ``outlive_journal``) in the **same file** as LangGraph's ``checkpoints``/``writes`` tables,
+  which an ``AsyncSqliteSaver`` writes (aiosqlite: off the event loop). Its writes for an outlive
+  attempt check the owner token inside their own transaction (:mod:`._checkpoint`).
+* ``langgraph+memory``: the core ``memory://`` ledger and an ``InMemorySaver`` (one process).
 
-Each step body runs as a LangGraph ``@task`` inside an ``@entrypoint`` invocation that uses the real
-checkpointer, on thread ``outlive:<work id>:<attempt>``. A step counts as journaled only when
-outlive's own fenced write has committed: LangGraph writes task results in the background even
-under ``durability="sync"`` (ENGINE-NOTES pitfall 14).
+The graph-side shape (the user's ``@entrypoint`` or ``StateGraph`` on the user's thread) is in
+:mod:`._engine`. ``run_step`` is the external-worker shape the conformance harness drives: each
+``Worker.step`` body runs as one ``@task`` in an invocation of a one-task program on the attempt's
+own thread ``outlive:<work>:<attempt>``. Either way a step counts as journaled only when outlive's
+fenced write has committed: LangGraph saves task results in the background, even under
+``durability="sync"``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
 
+from outlive._memory import MemoryBackend
+from outlive._sqlite import SqliteBackend
 from outlive.backend import Backend, StepCall
 from outlive.errors import BackendUnavailable, ConfigError, InvalidRecord
-from outlive.ledger import Command, OpenWork, Outcome, apply
+from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
-from outlive.sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
+from outlive.sqlstore import sqlite_path
 
-from ._context import INSIDE_TASK
-from ._savers import LoopSqliteSaver
+from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer
+from ._context import DURABILITIES, INSIDE_TASK, Durability
 
 __all__ = [
     "Durability",
@@ -52,8 +55,6 @@ __all__ = [
     "step_thread_id",
 ]
 
-Durability = Literal["sync", "async", "exit"]
-_DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
 
 def journal_prefix(old: WorkState | None, new: WorkState) -> int | None:
     """How many journal entries ``new`` shares with ``old`` as a prefix (None: rewritten).
@@ -73,17 +74,17 @@ def journal_prefix(old: WorkState | None, new: WorkState) -> int | None:
 
 
 def step_thread_id(work_id: str, attempt: int) -> str:
-    """The LangGraph thread an attempt's steps run on: one checkpoint chain per attempt."""
+    """The thread of ``run_step``'s own one-task program (the external-worker shape only)."""
     return f"outlive:{work_id}:{attempt}"
 
 
 def _durability(url: str) -> Durability:
     query = parse_qs(urlsplit(url).query)
     value = query.get("durability", ["sync"])[-1]
-    for known in _DURABILITIES:
+    for known in DURABILITIES:
         if value == known:
             return known
-    raise ConfigError(f"{url}: durability must be one of {', '.join(_DURABILITIES)}", url=url)
+    raise ConfigError(f"{url}: durability must be one of {', '.join(DURABILITIES)}", url=url)
 
 
 class LangGraphBackend(Backend):
@@ -99,8 +100,12 @@ class LangGraphBackend(Backend):
     # -- the engine side -----------------------------------------------------------------------
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
-        """The saver whose database also holds the ledger; pass it to your own ``@entrypoint``."""
+        """A fenced saver in the ledger's own database; pass it to your graph's ``compile``."""
         raise NotImplementedError
+
+    def fence(self, saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
+        """Your own saver, with an outlive attempt's writes checked against this ledger first."""
+        return FencedCheckpointer(saver, self)
 
     def _task_for(self, step: str) -> Any:
         """One ``@task`` per step name, so checkpoint writes are labelled by the step."""
@@ -142,6 +147,8 @@ class LangGraphBackend(Backend):
             return await fn()
         key = uuid.uuid4().hex
         self._bodies[key] = fn
+        # No owner keys: this one-task program's thread belongs to one attempt, so nothing can
+        # fork it, and its writes are not the user's. The fenced write is the journal entry.
         config: RunnableConfig = {
             "configurable": {"thread_id": step_thread_id(call.work_id, call.attempt)}}
         try:
@@ -160,131 +167,82 @@ class LangGraphBackend(Backend):
 
 
 class LangGraphMemoryBackend(LangGraphBackend):
-    """``langgraph+memory://``: InMemorySaver checkpoints, the ledger in a dict under a lock."""
+    """``langgraph+memory://``: an InMemorySaver beside the core ``memory://`` ledger."""
 
-    capabilities = frozenset({"atomic-commands"})
+    capabilities = MemoryBackend.capabilities
 
     def __init__(self, url: str = "langgraph+memory://") -> None:
         super().__init__(url)
-        self._saver = InMemorySaver()
-        self._works: dict[str, WorkState] = {}
-        self._lock = threading.Lock()
+        self.ledger = MemoryBackend()
+        self._saver = FencedCheckpointer(InMemorySaver(), self.ledger)
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
         return self._saver
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
-        with self._lock:
-            state = self._works.get(work_id)
-            new, outcome = apply(state, command, work_id=work_id)
-            if new is not state or isinstance(command, OpenWork):
-                self._works[work_id] = new
-            return outcome
+        return await self.ledger.execute(work_id, command)
 
     async def load(self, work_id: str) -> WorkState | None:
-        with self._lock:
-            return self._works.get(work_id)
+        return await self.ledger.load(work_id)
 
     async def works(self) -> list[str]:
-        with self._lock:
-            return sorted(self._works)
+        return await self.ledger.works()
 
 
 class LangGraphSqliteBackend(LangGraphBackend):
-    """``langgraph+sqlite:///PATH``: checkpoints and the fenced ledger in one SQLite file."""
+    """``langgraph+sqlite:///PATH``: the core SQLite ledger and LangGraph's checkpoints, one file."""
 
-    capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
+    capabilities = SqliteBackend.capabilities
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.path = sqlite_path(url)
-        self._saver: LoopSqliteSaver | None = None
-        self._store = SqliteLedgerStore(self.path)
+        self.ledger = SqliteBackend(f"sqlite:///{self.path}")
+        self._saver: FencedAsyncSqliteSaver | None = None
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
-        return self._db()
-
-    async def start(self) -> None:
-        parent = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(parent):
-            raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            conn.execute("PRAGMA synchronous=FULL")
-            saver = LoopSqliteSaver(conn)
-            with saver.lock:
-                saver.setup()  # creates checkpoints/writes and switches the file to WAL
-                conn.executescript(SCHEMA)
-                conn.commit()
-                # A truncated or damaged file fails here, before anything is written, not mid-run.
-                problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
-                if problems != ["ok"]:
-                    raise sqlite3.DatabaseError("; ".join(str(p) for p in problems[:3]))
-        except sqlite3.DatabaseError as exc:
-            if conn is not None:
-                conn.close()
-            raise InvalidRecord(f"{self.path}: not a usable outlive/LangGraph database: {exc}",
-                                path=self.path) from exc
-        self._saver = saver
-
-    def _db(self) -> LoopSqliteSaver:
         if self._saver is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)",
                                      url=self.url)
         return self._saver
 
-    def _execute(self, work_id: str, command: Command) -> Outcome:
-        saver = self._db()
-        conn = saver.conn
-        with saver.lock:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
-            try:
-                return self._store.execute(conn, work_id, command, conn.commit)
-            except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
-                raise
+    async def start(self) -> None:
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
+        await self.ledger.start()
+        conn: aiosqlite.Connection | None = None
+        try:
+            conn = await aiosqlite.connect(self.path, timeout=30)
+            await conn.execute("PRAGMA synchronous=FULL")
+            # A truncated or damaged file fails here, before anything is written, not mid-run.
+            problems = [r[0] for r in await conn.execute_fetchall("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(str(p) for p in problems[:3]))
+            saver = FencedAsyncSqliteSaver(conn)
+            await saver.setup()
+        except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                await conn.close()
+            await self.ledger.close()
+            raise InvalidRecord(f"{self.path}: not a usable outlive/LangGraph database: {exc}",
+                                path=self.path) from exc
+        self._saver = saver
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
-        try:
-            return self._execute(work_id, command)
-        except sqlite3.DatabaseError as exc:
-            raise InvalidRecord(f"{self.path}: database error: {exc}", path=self.path) from exc
+        return await self.ledger.execute(work_id, command)
 
     async def load(self, work_id: str) -> WorkState | None:
-        saver = self._db()
-        with saver.lock:
-            conn = saver.conn
-            try:
-                # One snapshot for the head row and the journal rows: another process may commit
-                # between two autocommit selects, which would look like a corrupt ledger.
-                own = not conn.in_transaction
-                if own:
-                    conn.execute("BEGIN")
-                try:
-                    return self._store.read(conn, work_id)[1]
-                finally:
-                    if own:
-                        conn.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
-                raise InvalidRecord(f"{self.path}: database error: {exc}",
-                                    path=self.path) from exc
+        return await self.ledger.load(work_id)
 
     async def works(self) -> list[str]:
-        saver = self._db()
-        with saver.lock:
-            rows = saver.conn.execute(
-                "SELECT work_id FROM outlive_works ORDER BY work_id").fetchall()
-        return [str(r[0]) for r in rows]
+        return await self.ledger.works()
 
     async def close(self) -> None:
         self._program = None  # bound to this saver; a restarted backend builds a new one
         if self._saver is not None:
-            self._saver.conn.close()
+            await self._saver.conn.close()
             self._saver = None
+        await self.ledger.close()

@@ -29,8 +29,8 @@ from langgraph.func import entrypoint, task
 
 from outlive import Controller, Worker, open_backend
 
+from ._engine import outlive_task, persist_for, run
 from .backend import Durability, LangGraphBackend
-from .program import outlive_task, persist_for, run
 
 __all__ = ["main"]
 

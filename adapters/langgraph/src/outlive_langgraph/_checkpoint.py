@@ -1,0 +1,200 @@
+"""Fencing inside LangGraph's own writes: a stale owner's ``put``/``put_writes`` is refused.
+
+LangGraph's savers have no owner token and no compare-and-set: a paused invocation that wakes
+after its successor started on the same thread appends its checkpoint anyway, and the thread's
+chain forks. Every invocation outlive drives carries its attempt in ``configurable``
+(:func:`~outlive_langgraph.attempt_config`); these savers ask the work's ledger whether that
+token may still write before letting LangGraph's write through.
+
+* :class:`FencedAsyncSqliteSaver` (``langgraph+sqlite``): LangGraph's ``AsyncSqliteSaver`` on the
+  ledger's own file. The check reads the ledger's rows **inside the checkpoint write's
+  transaction** (``BEGIN IMMEDIATE``, read the work's head, the saver's insert, ``COMMIT``), so no
+  admission can commit between the check and the write. aiosqlite runs it off the event loop.
+* :class:`FencedCheckpointer`: wraps any saver (the user's own ``AsyncPostgresSaver``, an
+  ``InMemorySaver``): it loads the ledger, checks, then writes. Two databases cannot share a
+  transaction, so a pause between the check and the write is not covered there; say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from outlive import codec
+from outlive.backend import Backend
+from outlive.errors import ConfigError, InvalidRecord, NotFound
+from outlive.ledger import RecordSteps, apply
+from outlive.records import WorkState
+
+from ._context import owner_of
+
+__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "may_write"]
+
+
+def may_write(state: WorkState | None, work_id: str, attempt: int, token: int) -> None:
+    """Raise the ledger's own rejection (``StaleOwner``, ``UnknownToken``) if the token may not write.
+
+    Asks :func:`outlive.ledger.apply` with an empty journal write: the owner check runs first,
+    then the empty write is refused as such, which means the owner passed.
+    """
+    if state is None:
+        raise NotFound(f"work {work_id!r} is not open", work_id=work_id)
+    try:
+        apply(state, RecordSteps(attempt=attempt, token=token, entries=(), at=0))
+    except InvalidRecord as exc:
+        if exc.details.get("field") == "entries":
+            return
+        raise
+
+
+class FencedCheckpointer(BaseCheckpointSaver[Any]):
+    """Any LangGraph saver, with outlive attempts' writes checked against the ledger first."""
+
+    def __init__(self, inner: BaseCheckpointSaver[Any], backend: Backend) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.backend = backend
+
+    async def _check(self, config: RunnableConfig) -> None:
+        owner = owner_of(config)
+        if owner is not None:
+            work, attempt, token = owner
+            may_write(await self.backend.load(work), work, attempt, token)
+
+    def _sync_check(self, config: RunnableConfig) -> None:
+        if owner_of(config) is not None:
+            raise ConfigError("an outlive attempt's checkpoints are written through the async "
+                              "API (ainvoke/astream); the fence check reads the ledger")
+
+    # -- writes: fenced --------------------------------------------------------------------------
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        await self._check(config)
+        return await self.inner.aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        await self._check(config)
+        await self.inner.aput_writes(config, writes, task_id, task_path)
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        self._sync_check(config)
+        return self.inner.put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        self._sync_check(config)
+        self.inner.put_writes(config, writes, task_id, task_path)
+
+    # -- everything else: the inner saver's ----------------------------------------------------
+    @property
+    def config_specs(self) -> list[Any]:
+        return self.inner.config_specs
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.inner.get_tuple(config)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.inner.aget_tuple(config)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None
+             ) -> Iterator[CheckpointTuple]:
+        return self.inner.list(config, filter=filter, before=before, limit=limit)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None
+                    ) -> AsyncIterator[CheckpointTuple]:
+        async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.inner.delete_thread(thread_id)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.inner.adelete_thread(thread_id)
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Any:
+        return self.inner.get_delta_channel_history(config=config, channels=channels)
+
+    async def aget_delta_channel_history(self, *, config: RunnableConfig,
+                                         channels: Sequence[str]) -> Any:
+        return await self.inner.aget_delta_channel_history(config=config, channels=channels)
+
+
+class FencedAsyncSqliteSaver(AsyncSqliteSaver):
+    """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        super().__init__(conn)
+        #: One write at a time on this connection: a write's statements and its check must not
+        #: interleave with another write's ``COMMIT``.
+        self._write_lock = asyncio.Lock()
+        self._heads: dict[str, tuple[int, WorkState]] = {}
+
+    async def _fenced(self, config: RunnableConfig, write: Callable[[], Awaitable[Any]]) -> Any:
+        owner = owner_of(config)
+        async with self._write_lock:
+            await self.setup()
+            if owner is None:
+                return await write()
+            work, attempt, token = owner
+            async with self.lock:
+                await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                async with self.lock:
+                    row = await (await self.conn.execute(
+                        "SELECT seq, state FROM outlive_works WHERE work_id = ?",
+                        (work,))).fetchone()
+                may_write(self._head(work, row), work, attempt, token)
+                return await write()   # the saver's insert joins this transaction and commits it
+            except BaseException:
+                if self.conn.in_transaction:
+                    await self.conn.rollback()
+                raise
+
+    def _head(self, work: str, row: Any) -> WorkState | None:
+        """The ledger head (attempts, epoch, policy; no journal) from its row, cached by ``seq``."""
+        if row is None:
+            return None
+        seq = int(row[0])
+        cached = self._heads.get(work)
+        if cached is not None and cached[0] == seq:
+            return cached[1]
+        head = codec.loads(row[1])
+        if not isinstance(head, WorkState):
+            raise InvalidRecord(f"the ledger row of {work!r} is corrupt", work_id=work)
+        self._heads[work] = (seq, head)
+        return head
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        parent = super().aput
+        result: RunnableConfig = await self._fenced(
+            config, lambda: parent(config, checkpoint, metadata, new_versions))
+        return result
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        parent = super().aput_writes
+        await self._fenced(config, lambda: parent(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        parent = super().adelete_thread
+        await self._fenced({}, lambda: parent(thread_id))

@@ -1,0 +1,305 @@
+"""What lives inside the user's graph: ``outlive_task`` (Functional API), ``outlive_node`` (StateGraph).
+
+A LangGraph user keeps their ``@entrypoint`` or ``StateGraph``, their checkpointer and their
+thread. Porting is a decorator swap and an attempt's identity in the config::
+
+    @outlive_task                       # was: @task
+    async def summarise(section: str, text: str) -> dict: ...
+
+    config = attempt_config(worker, {"configurable": {"thread_id": "q3-report"}})
+    await digest.ainvoke(report, config)          # or astream, or run(digest, report, worker=...)
+
+**Why every call is one LangGraph task, restored or not.** LangGraph names a task call by its
+position (checkpoint, step, task name, the parent's call counter) and, on a resume
+(``Command(resume=...)``, ``ainvoke(None)``, a resume at an earlier checkpoint), hands each position
+the result saved for it. A step restored from outlive's journal that skipped its task call would
+shift every later position by one, and the next step would be handed its predecessor's result.
+So each ``outlive_task`` call makes exactly one task call; the task body asks outlive's journal
+first (restore by input key, no model call) and returns an *envelope* naming the step and its
+input key. A saved envelope handed back on resume is used only if it names this step and these
+inputs; otherwise the step runs outside LangGraph's task (its position holds something else).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
+from langgraph.func import task
+from langgraph.pregel import Pregel
+
+from outlive import Worker
+from outlive.errors import ConfigError, InvalidRecord
+from outlive.hashing import content_hash, input_key
+from outlive.worker import Persist
+
+from ._context import INSIDE_TASK, Durability
+
+__all__ = [
+    "OutliveTask",
+    "astream",
+    "attempt_config",
+    "current_worker",
+    "durability_for",
+    "outlive_node",
+    "outlive_task",
+    "persist_for",
+    "run",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: The Worker object itself ("__" keys never reach checkpoint metadata).
+_WORKER_KEY = "__outlive_worker"
+_ENVELOPE = "__outlive_step__"
+
+_PERSIST: dict[str, Persist] = {"sync": "step", "async": "step", "exit": "end"}
+
+#: The worker of the attempt ``run`` is driving (tasks also find it through the config).
+_RUN: ContextVar[Worker | None] = ContextVar("outlive_langgraph_run", default=None)
+
+
+def persist_for(durability: Durability) -> Persist:
+    """LangGraph durability -> outlive Worker persistence (the seed's progress switch)."""
+    return _PERSIST[durability]
+
+
+def durability_for(persist: Persist) -> Durability:
+    return "sync" if persist == "step" else "exit"
+
+
+def attempt_config(worker: Worker, config: RunnableConfig | None = None) -> RunnableConfig:
+    """The user's config plus the attempt's identity; the thread stays the user's.
+
+    Without a ``thread_id`` the work id is the thread: one work, one thread, every attempt an
+    invocation on it. The attempt number and owner token ride along in ``configurable`` (and so
+    in each checkpoint's metadata); the fenced checkpointer refuses writes whose token is stale.
+    """
+    base: dict[str, Any] = dict(config or {})
+    conf = dict(base.get("configurable") or {})
+    conf.setdefault("thread_id", worker.work_id)
+    conf.update({"outlive_work": worker.work_id, "outlive_attempt": worker.attempt.number,
+                 "outlive_token": worker.token, _WORKER_KEY: worker})
+    base["configurable"] = conf
+    return cast(RunnableConfig, base)
+
+
+def current_worker() -> Worker:
+    """The Worker of the attempt this graph invocation runs for."""
+    worker = _RUN.get()
+    if worker is not None:
+        return worker
+    try:
+        found = get_config().get("configurable", {}).get(_WORKER_KEY)
+    except RuntimeError:
+        found = None
+    if isinstance(found, Worker):
+        return found
+    raise ConfigError("no outlive attempt is running: invoke the graph with "
+                      "attempt_config(worker, config) or outlive_langgraph.run(..., worker=...)")
+
+
+def _inputs(sig: inspect.Signature, name: str, args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> dict[str, Any]:
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidRecord(f"{name}: {exc}") from exc
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+async def _inline(worker: Worker, step: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
+    """``worker.step`` with the body run right here (already inside the user's graph)."""
+    token = INSIDE_TASK.set(True)
+    try:
+        return await worker.step(step, fn, **inputs)
+    finally:
+        INSIDE_TASK.reset(token)
+
+
+class OutliveTask(Generic[P, T]):
+    """An input-keyed, fenced step that runs as exactly one LangGraph ``@task`` call."""
+
+    def __init__(self, fn: Callable[P, Awaitable[T]] | Callable[P, T], *, name: str | None = None,
+                 step: str | Callable[..., str] | None = None) -> None:
+        self.fn = fn
+        self.name: str = name or str(getattr(fn, "__name__", "step"))
+        self.step = step
+        self._sig = inspect.signature(fn)
+
+        async def body(step: str, inputs: dict[str, Any]) -> dict[str, Any]:
+            worker = current_worker()
+            result = await _inline(worker, step, fn, inputs)
+            done = worker.steps[step]
+            return {_ENVELOPE: step, "key": done.input_key, "attempt": worker.attempt.number,
+                    "result": result}
+
+        body.__name__ = self.name
+        # No retry policy: a retried body would be a second model call the ledger never saw.
+        self._task: Any = task(name=self.name)(body)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
+
+    def step_name(self, inputs: Mapping[str, Any]) -> str:
+        """The journal's name for this call: from ``step=``, else the function and its inputs."""
+        if callable(self.step):
+            return str(self.step(**inputs))
+        if isinstance(self.step, str):
+            return self.step
+        sources = {k: content_hash(v) for k, v in inputs.items()}
+        return f"{self.name}:{input_key(self.name, sources)[:12]}"
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        worker = current_worker()
+        inputs = _inputs(self._sig, self.name, args, kwargs)
+        step = self.step_name(inputs)
+        key = input_key(step, {k: content_hash(v) for k, v in inputs.items()})
+        envelope = await self._task(step, inputs)
+        result: T
+        if isinstance(envelope, dict) and envelope.get(_ENVELOPE) == step \
+                and envelope.get("key") == key:
+            done = worker.steps.get(step)
+            if done is not None and done.input_key == key:
+                result = worker.result(step)   # the body ran (or restored) just now
+                return result
+            if worker.can_restore(step, **inputs):
+                result = await _inline(worker, step, self.fn, inputs)
+                return result
+            if envelope.get("attempt") == worker.attempt.number:
+                # This attempt's own result, saved by LangGraph before an interrupt or a failure
+                # but not yet journaled (progress saved at the end): journal it, don't recompute.
+                saved = envelope.get("result")
+                result = await _inline(worker, step, lambda **_: saved, inputs)
+                return result
+        # LangGraph handed this position another step's result, or one from an attempt the
+        # journal never saw: run the step here, outside the task whose position is taken.
+        result = await _inline(worker, step, self.fn, inputs)
+        return result
+
+
+class _Decorator:
+    """``@outlive_task(step=...)``: typed so that an async function's result type is its value."""
+
+    def __init__(self, name: str | None, step: str | Callable[..., str] | None) -> None:
+        self.name = name
+        self.step = step
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[T]], /) -> OutliveTask[P, T]: ...
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> OutliveTask[P, T]: ...
+
+    def __call__(self, fn: Any, /) -> Any:
+        return OutliveTask(fn, name=self.name, step=self.step)
+
+
+@overload
+def outlive_task(fn: Callable[P, Awaitable[T]], /) -> OutliveTask[P, T]: ...
+@overload
+def outlive_task(fn: Callable[P, T], /) -> OutliveTask[P, T]: ...
+@overload
+def outlive_task(*, name: str | None = None,
+                 step: str | Callable[..., str] | None = None) -> _Decorator: ...
+
+
+def outlive_task(fn: Any = None, /, *, name: str | None = None,
+                 step: str | Callable[..., str] | None = None) -> Any:
+    """Decorator replacing LangGraph's ``@task``: restore by input key, fence every write.
+
+    The step is named from the function and its declared inputs (``summarise:<12 hex>``), so
+    nothing positional enters the journal; ``step=`` (a string, or a function of the inputs such
+    as ``lambda section, **_: section``) gives readable names. The declared arguments are the
+    whole input key: a body that reads anything else makes reuse unsound.
+    """
+    if fn is not None:
+        return OutliveTask(fn, name=name, step=step)
+    return _Decorator(name, step)
+
+
+def outlive_node(fn: Any = None, /, *, name: str | None = None,
+                 inputs: tuple[str, ...] | None = None) -> Any:
+    """Decorator for a ``StateGraph`` node: the node is one step, restored by its input state.
+
+    The step is named after the node (LangGraph's node name, else the function's); its declared
+    inputs are the state's keys (``inputs=`` narrows them to the keys the node reads), so a node
+    whose keys did not change is restored from the journal instead of rerun. The node's update
+    is the step's result: it must be JSON-like (what the journal can hash and store).
+    """
+    if fn is None:
+        return lambda f: outlive_node(f, name=name, inputs=inputs)
+    wants_config = "config" in inspect.signature(fn).parameters
+
+    async def node(state: Any, config: RunnableConfig) -> Any:
+        worker = current_worker()
+        step = name or str((config.get("metadata") or {}).get("langgraph_node")
+                           or getattr(fn, "__name__", "node"))
+        if isinstance(state, Mapping):
+            keys = inputs if inputs is not None else tuple(state)
+            declared = {k: state[k] for k in keys if k in state}
+        else:
+            declared = {"state": state}
+
+        async def body(**_: Any) -> Any:
+            out = fn(state, config) if wants_config else fn(state)
+            if inspect.isawaitable(out):
+                out = await out
+            return out
+
+        return await _inline(worker, step, body, declared)
+
+    # Not functools.wraps: LangGraph reads the signature through ``__wrapped__``, and this node
+    # takes ``config`` even when the user's function does not.
+    node.__name__ = node.__qualname__ = str(getattr(fn, "__name__", "node"))
+    node.__doc__ = fn.__doc__
+    return node
+
+
+async def run(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker,
+              config: RunnableConfig | None = None, durability: Durability | None = None,
+              thread_id: str | None = None) -> Any:
+    """``program.ainvoke`` for ``worker``'s attempt, on the user's thread (default: the work id).
+
+    ``input`` is anything LangGraph takes: the input, ``None`` (continue after a failure) or
+    ``Command(resume=...)``. ``durability`` defaults from ``worker.persist`` (``"step"`` ->
+    ``"sync"``, ``"end"`` -> ``"exit"``); a mismatch is refused, since it would claim progress
+    the journal does not hold.
+    """
+    d = _durability(worker, durability)
+    cfg = _config(worker, config, thread_id)
+    token = _RUN.set(worker)
+    try:
+        return await program.ainvoke(input, cfg, durability=d)
+    finally:
+        _RUN.reset(token)
+
+
+async def astream(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker,
+                  config: RunnableConfig | None = None, durability: Durability | None = None,
+                  **kwargs: Any) -> AsyncIterator[Any]:
+    """``program.astream`` for ``worker``'s attempt (``stream_mode`` and the rest pass through)."""
+    d = _durability(worker, durability)
+    cfg = _config(worker, config, None)
+    async for chunk in program.astream(input, cfg, durability=d, **kwargs):
+        yield chunk
+
+
+def _durability(worker: Worker, durability: Durability | None) -> Durability:
+    d = durability or durability_for(worker.persist)
+    if persist_for(d) != worker.persist:
+        raise ConfigError(f"durability={d!r} saves progress {persist_for(d)!r} but the worker "
+                          f"persists {worker.persist!r}; build the Worker with "
+                          f"persist=persist_for({d!r})")
+    return d
+
+
+def _config(worker: Worker, config: RunnableConfig | None, thread_id: str | None) -> RunnableConfig:
+    cfg = attempt_config(worker, config)
+    if thread_id is not None:
+        cfg["configurable"]["thread_id"] = thread_id
+    return cfg
