@@ -145,12 +145,12 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
         super().__init__(conn)
         #: One write at a time on this connection: a write's statements and its check must not
         #: interleave with another write's ``COMMIT``.
-        self._write_lock = asyncio.Lock()
+        self.write_lock = asyncio.Lock()
         self._heads: dict[str, tuple[int, WorkState]] = {}
 
     async def _fenced(self, config: RunnableConfig, write: Callable[[], Awaitable[Any]]) -> Any:
         owner = owner_of(config)
-        async with self._write_lock:
+        async with self.write_lock:
             await self.setup()
             if owner is None:
                 return await write()

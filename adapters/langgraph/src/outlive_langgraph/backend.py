@@ -5,10 +5,11 @@ saver offers compare-and-set, so neither outlive's input-keyed journal nor its f
 be expressed with checkpoints alone. The ledger therefore lives beside the checkpoints, and is
 the core's own:
 
-* ``langgraph+sqlite``: the core ``sqlite://`` ledger (tables ``outlive_works``,
-  ``outlive_journal``) in the **same file** as LangGraph's ``checkpoints``/``writes`` tables,
-  which an ``AsyncSqliteSaver`` writes (aiosqlite: off the event loop). Its writes for an outlive
-  attempt check the owner token inside their own transaction (:mod:`._checkpoint`).
+* ``langgraph+sqlite``: the core SQL ledger store (tables ``outlive_works``, ``outlive_journal``)
+  in the **same file** as LangGraph's ``checkpoints``/``writes`` tables, on one aiosqlite
+  connection shared with an ``AsyncSqliteSaver`` (its own thread: off the event loop). The
+  saver's writes for an outlive attempt check the owner token inside their own transaction
+  (:mod:`._checkpoint`).
 * ``langgraph+memory``: the core ``memory://`` ledger and an ``InMemorySaver`` (one process).
 
 The graph-side shape (the user's ``@entrypoint`` or ``StateGraph`` on the user's thread) is in
@@ -36,12 +37,11 @@ from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
 
 from outlive._memory import MemoryBackend
-from outlive._sqlite import SqliteBackend
 from outlive.backend import Backend, StepCall
 from outlive.errors import BackendUnavailable, ConfigError, InvalidRecord
 from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
-from outlive.sqlstore import sqlite_path
+from outlive.sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
 
 from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer
 from ._context import DURABILITIES, INSIDE_TASK, Durability
@@ -191,18 +191,27 @@ class LangGraphMemoryBackend(LangGraphBackend):
 
 
 class LangGraphSqliteBackend(LangGraphBackend):
-    """``langgraph+sqlite:///PATH``: the core SQLite ledger and LangGraph's checkpoints, one file."""
+    """``langgraph+sqlite:///PATH``: the core SQLite ledger and LangGraph's checkpoints, one file.
 
-    capabilities = SqliteBackend.capabilities
+    One aiosqlite connection carries both: the saver's statements and the ledger's transactions
+    (the core :class:`~outlive.sqlstore.SqliteLedgerStore`, run whole in the connection's own
+    thread) never wait on each other's file lock, and nothing blocks the event loop. Another
+    process's write lock is waited for in that thread (30 s, then ``BackendUnavailable``).
+    """
+
+    capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.path = sqlite_path(url)
-        self.ledger = SqliteBackend(f"sqlite:///{self.path}")
+        self._store = SqliteLedgerStore(self.path)
         self._saver: FencedAsyncSqliteSaver | None = None
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        return self._db()
+
+    def _db(self) -> FencedAsyncSqliteSaver:
         if self._saver is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)",
                                      url=self.url)
@@ -212,11 +221,13 @@ class LangGraphSqliteBackend(LangGraphBackend):
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
-        await self.ledger.start()
         conn: aiosqlite.Connection | None = None
         try:
             conn = await aiosqlite.connect(self.path, timeout=30)
+            await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=FULL")
+            await conn.executescript(SCHEMA)
+            await conn.commit()
             # A truncated or damaged file fails here, before anything is written, not mid-run.
             problems = [r[0] for r in await conn.execute_fetchall("PRAGMA quick_check")]
             if problems != ["ok"]:
@@ -226,23 +237,58 @@ class LangGraphSqliteBackend(LangGraphBackend):
         except sqlite3.DatabaseError as exc:
             if conn is not None:
                 await conn.close()
-            await self.ledger.close()
             raise InvalidRecord(f"{self.path}: not a usable outlive/LangGraph database: {exc}",
                                 path=self.path) from exc
         self._saver = saver
 
+    async def _in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn`` on the connection, in its thread, between two of the saver's writes."""
+        saver = self._db()
+        async with saver.write_lock:
+            # aiosqlite runs queued functions in its own thread; ``_execute``/``_conn`` are its
+            # way to do so (the pinned range in pyproject.toml keeps them).
+            raw = saver.conn
+            in_thread: Callable[[Callable[[], Any]], Awaitable[Any]] = raw._execute
+            try:
+                return await in_thread(lambda: fn(raw._conn))
+            except sqlite3.OperationalError as exc:
+                raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
+            except sqlite3.DatabaseError as exc:
+                raise InvalidRecord(f"{self.path}: database error: {exc}", path=self.path) from exc
+
     async def execute(self, work_id: str, command: Command) -> Outcome:
-        return await self.ledger.execute(work_id, command)
+        def tx(conn: sqlite3.Connection) -> Outcome:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                return self._store.execute(conn, work_id, command, conn.commit)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+
+        out: Outcome = await self._in_thread(tx)
+        return out
 
     async def load(self, work_id: str) -> WorkState | None:
-        return await self.ledger.load(work_id)
+        def read(conn: sqlite3.Connection) -> WorkState | None:
+            # One snapshot for the head row and the journal rows: another process may commit
+            # between two autocommit selects, which would look like a corrupt ledger.
+            conn.execute("BEGIN")
+            try:
+                return self._store.read(conn, work_id)[1]
+            finally:
+                conn.rollback()
+
+        state: WorkState | None = await self._in_thread(read)
+        return state
 
     async def works(self) -> list[str]:
-        return await self.ledger.works()
+        rows = await self._in_thread(lambda conn: conn.execute(
+            "SELECT work_id FROM outlive_works ORDER BY work_id").fetchall())
+        return [str(r[0]) for r in rows]
 
     async def close(self) -> None:
         self._program = None  # bound to this saver; a restarted backend builds a new one
         if self._saver is not None:
             await self._saver.conn.close()
             self._saver = None
-        await self.ledger.close()
