@@ -265,3 +265,25 @@ async def test_supervisor_with_the_restate_dispatcher(backend: RestateBackend,
         (1, AttemptState.UNKNOWN), (2, AttemptState.FINISHED)]
     assert done.acceptance.version == "v1"
     assert [d["attempt"] for d in (await backend.lease(work))["history"]] == [1, 2]
+
+
+async def test_lease_gives_up_after_max_attempts_instead_of_looping(
+        backend: RestateBackend, tmp_path: Path) -> None:
+    work = f"handler/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-1-s2")
+    hold.touch()
+    try:
+        await open_and_start(backend, work, log, lease=timedelta(milliseconds=800),
+                             max_attempts=1)
+
+        async def gave_up() -> Any:
+            return (await backend.lease(work))["gave_up"]
+
+        got = await until("the lease to give up", gave_up)
+    finally:
+        hold.unlink()
+    assert got["after"] == 1
+    st = await backend.load(work)
+    assert st is not None
+    assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.UNKNOWN)]

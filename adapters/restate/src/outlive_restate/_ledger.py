@@ -61,7 +61,7 @@ _B = BytesSerde()
 # that). ``apply`` then runs on a *view* of the state whose journal holds those entries and the
 # last one, in journal order: it dedupes against them, appends after them, and its
 # ``journal[-1]`` is the real last entry. An index that points at or past "n", or at another
-# entry, is an entry that never committed (a write cut short by a kill, see ``owned``): it counts
+# entry, is an entry that never committed (a write cut short by a cancel, in the owner shape): it counts
 # as absent. The core is the commit point: every other key a command writes is one no committed
 # core reaches yet (an entry at or past "n", an index checked against it, a collection under a
 # seq no core names), so a write cut short anywhere leaves the state as it was plus unreachable
