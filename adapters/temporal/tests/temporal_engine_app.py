@@ -12,6 +12,7 @@ import os
 import time
 from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote
 
 from temporalio import activity, workflow
 
@@ -29,7 +30,7 @@ def _mark(name: str) -> None:
     """``$OUTLIVE_TEST_DIR/<last part of the work id>.<name>`` gets this process's pid."""
     d = os.environ.get("OUTLIVE_TEST_DIR")
     if d:
-        tag = activity.info().workflow_id.rsplit("/", 1)[-1]
+        tag = unquote(activity.info().workflow_id or "").rsplit("/", 1)[-1]
         with open(os.path.join(d, f"{tag}.{name}"), "a") as f:
             f.write(f"{os.getpid()}\n")
 
@@ -170,6 +171,34 @@ class SmallCanWork(BigWork):
     @workflow.run
     async def run(self, spec: dict[str, int]) -> dict[str, Any]:
         return await self.drive(self.attempt, spec)
+
+
+# -- a work followed by outlive's Supervisor, its attempts run by the Temporal dispatcher ---------
+SUPERVISED = {"s1": "slow:0:alpha", "s2": "slow:4:beta", "s3": "slow:0:gamma"}
+
+
+def supervised_inputs(version: str) -> dict[str, str]:
+    """The content of a published version (the ledger keeps only hashes)."""
+    assert version == "v1"
+    return dict(SUPERVISED)
+
+
+async def _summarise(**section: str) -> str:
+    ((name, text),) = section.items()
+    info = activity.info()
+    attempt = int(info.activity_id.split("-")[1])
+    _mark(f"started.{name}.{attempt}")
+    seconds = float(text.split(":")[1])
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await asyncio.sleep(0.1)
+    return text.rsplit(":", 1)[-1].upper()
+
+
+async def supervised_attempt(ctx: Any) -> None:
+    """An ordinary outlive attempt function (``outlive.supervisor``), nothing Temporal in it."""
+    out = [await ctx.worker.step(k, _summarise, **{k: ctx.inputs[k]}) for k in sorted(ctx.inputs)]
+    await ctx.submit({"digest": " ".join(out)})
 
 
 WORKFLOWS = [FleetWork, HoldWork, BigWork, SmallCanWork]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._dispatch import TemporalDispatcher
 from ._engine import Attempt, Work
 from ._handle import AttemptRef, WorkHandle, current_attempt, typed_error
 from ._plugin import OutlivePlugin
@@ -19,8 +20,8 @@ from ._store import BlobStore, FileStore, StoreCodec
 from .backend import StepReport, TemporalBackend, workflow_id
 
 __all__ = ["Attempt", "AttemptRef", "BlobStore", "DevServer", "FileStore", "OutlivePlugin",
-           "StepReport", "StoreCodec", "TemporalBackend", "Work", "WorkHandle", "current_attempt",
-           "typed_error", "workflow_id"]
+           "StepReport", "StoreCodec", "TemporalBackend", "TemporalDispatcher", "Work", "WorkHandle",
+           "current_attempt", "typed_error", "workflow_id"]
 
 
 def __getattr__(name: str) -> Any:

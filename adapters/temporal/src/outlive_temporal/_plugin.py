@@ -3,7 +3,8 @@
 ``Client.connect(..., plugins=[OutlivePlugin()])`` and ``Worker(client, ...)`` (a worker inherits
 its client's plugins) are all a user adds. The plugin
 
-* registers outlive's ledger workflow (the client-driven shape) beside the user's workflows;
+* registers outlive's ledger workflow (the client-driven shape) and the Temporal dispatcher's
+  workflow and activities (:class:`~outlive_temporal.TemporalDispatcher`) beside the user's own;
 * lets ``outlive`` through the workflow sandbox (the ledger is pure and deterministic; the
   sandbox stays on for the user's code);
 * makes an ``OutliveError`` raised in workflow code fail the workflow with its type, instead of
@@ -37,6 +38,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from outlive.errors import OutliveError
 
+from ._dispatch import SuperviseWorkflow, next_attempt_activity, run_attempt_activity
 from ._engine import CARRY_KEY, Work, _Carry
 from ._store import BlobStore, StoreCodec
 from ._workflow import LedgerWorkflow
@@ -122,7 +124,8 @@ class OutlivePlugin(SimplePlugin):
         super().__init__(
             "outlive.OutlivePlugin",
             data_converter=converter,
-            workflows=[LedgerWorkflow],
+            workflows=[LedgerWorkflow, SuperviseWorkflow],
+            activities=[run_attempt_activity, next_attempt_activity],
             workflow_runner=_runner,
             interceptors=[_CarryInterceptor(store is not None)],
             workflow_failure_exception_types=failures,
