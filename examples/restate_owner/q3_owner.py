@@ -75,7 +75,7 @@ async def _story(backend: RestateBackend, log: Path) -> dict[str, Any]:
     calls = lambda: log.read_text().split() if log.exists() else []  # noqa: E731
     await backend.start_work(WORK, service="q3_desk", handler="digest", key=WORK,
                              arg={"versions": {"v1": V1, "v2": V2}, "log": str(log)},
-                             lease=timedelta(seconds=2))
+                             lease=timedelta(seconds=3))
     print("started: Restate drives the attempts from here")
 
     async def s3_called() -> bool:

@@ -131,7 +131,7 @@ async def test_work_completes_with_every_client_killed_and_a_paused_worker_repla
     hold = Path(f"{log}.hold-1-s2")
     hold.touch()
     client = subprocess.Popen(
-        [sys.executable, str(HERE / "restate_client.py"), server.url, work, str(log), "1500"],
+        [sys.executable, str(HERE / "restate_client.py"), server.url, work, str(log), "3000"],
         stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)})
     assert client.stdout is not None
     line = await asyncio.get_running_loop().run_in_executor(None, client.stdout.readline)
@@ -232,7 +232,7 @@ async def test_owner_shape_silent_owner_is_cancelled_and_replaced(
     hold.touch()
     try:
         await open_and_start(desk, work, log, service="desk", handler="draft", key=work,
-                             lease=timedelta(milliseconds=1500))
+                             lease=timedelta(milliseconds=3000))
         st = await until("a successor to finish", lambda: finished(desk, work), timeout=90)
     finally:
         hold.unlink()
@@ -253,7 +253,7 @@ async def test_supervisor_with_the_restate_dispatcher(backend: RestateBackend,
     await ctl.open_work(work)
     await ctl.publish(work, "v1", SECTIONS)
     definition = WorkDefinition(work_id=work, attempt="restate_app:summarise", contract=FORM,
-                                lease=Lease(heartbeat_interval=750, missed_beats=2))
+                                lease=Lease(heartbeat_interval=1500, missed_beats=2))
     dispatcher = RestateDispatcher(backend, service="reports", handler="summarise",
                                    arg={"sections": SECTIONS, "log": str(log)})
     try:
