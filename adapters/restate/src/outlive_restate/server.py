@@ -280,15 +280,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"restate ready at {srv.url} in {time.monotonic() - t0:.2f}s "
           f"(server pid {srv.server.pid if srv.server else '?'})", file=sys.stderr, flush=True)
     try:
+        # SIGTERM stops the command (if any) and both processes, like Ctrl-C.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         if cmd:
             t1 = time.monotonic()
             handler_url = srv.url.replace("restate://", "restate+handler://", 1)
-            rc = subprocess.call([c.replace("{url}", srv.url).replace("{handler_url}", handler_url)
-                                  for c in cmd])
+            child = subprocess.Popen([c.replace("{url}", srv.url)
+                                      .replace("{handler_url}", handler_url) for c in cmd])
+            try:
+                rc = child.wait()
+            finally:
+                if child.poll() is None:
+                    child.terminate()
+                    try:
+                        child.wait(10)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
             print(f"command exited {rc} after {time.monotonic() - t1:.1f}s", file=sys.stderr)
             return rc
         print(srv.url, flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
             while True:
                 time.sleep(3600)
