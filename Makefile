@@ -58,6 +58,7 @@ typecheck: install
 
 bench: engines
 	$(PY) -m outlive_conformance.bench
+	$(PY) bench/supervision.py --out .bench/supervision.json
 	$(MAKE) --no-print-directory $(BENCH_TARGETS)
 
 sweep: install

@@ -66,7 +66,8 @@ async def _until(pred: Any, timeout: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool) -> dict[str, Any]:
+async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, *,
+                    warm: bool = False) -> dict[str, Any]:
     """One run of the matrix; returns what the checks need."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "versions.json").write_text(json.dumps({"v1": q3.V1, "v2": q3.V2}))
@@ -74,7 +75,7 @@ async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool) 
     backend = await outlive.open_backend(url)
     env = {"OUTLIVE_RUN_DIR": str(folder),
            "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path[1:]])}
-    dispatcher = SubprocessDispatcher(env=env, log_dir=folder / "logs", stop_signal=None)
+    dispatcher = SubprocessDispatcher(env=env, log_dir=folder / "logs", stop_signal=None, warm=warm)
     definition = q3.definition(lease=LEASE, max_attempts=4)
     sup = Supervisor(backend, definition, dispatcher)
     work = definition.work_id
@@ -110,7 +111,8 @@ async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool) 
     conn = sqlite3.connect(folder / "feed.db")
     posts = conn.execute("SELECT key FROM posts").fetchall()
     conn.close()
-    logs = {int(p.stem.rsplit("-", 1)[1]): p.read_text() for p in (folder / "logs").glob("*.log")}
+    logs = {int(p.stem.rsplit("-", 1)[1]): p.read_text()
+            for p in (folder / "logs").glob("digest_*.log")}
     return {"done": done, "state": st, "posts": [k for (k,) in posts], "logs": logs,
             "returncode": proc.returncode}
 
@@ -163,3 +165,11 @@ async def test_attempt_process_dies_or_pauses_at_a_boundary(
         kind: str, point: str, sig: str, change: bool, tmp_path: Path) -> None:
     out = await crash_run(_url(kind, tmp_path), tmp_path, point, sig, change)
     check_run(out, sig, change)
+
+
+async def test_warm_spare_processes_take_over_the_same_way(tmp_path: Path) -> None:
+    """With a spare process waiting (interpreter up, module imported), each attempt is still its
+    own process, handed its number and token on stdin."""
+    out = await crash_run(_url("sqlite", tmp_path), tmp_path, "after-send", "KILL", True, warm=True)
+    check_run(out, "KILL", True)
+    assert "(token 2, pid" in out["logs"][2]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -58,20 +59,27 @@ class SubprocessDispatcher(Dispatcher):
     sends nothing, so a paused process that is woken shows its own refusals). ``log_dir`` gives
     each attempt its own log file ``<work>-<attempt>.log``; otherwise the processes inherit this
     process's output. ``env`` is added to this process's environment.
+
+    ``warm=True`` keeps one spare process per attempt function already started (interpreter up,
+    module imported, backend open) and waiting on its stdin; a dispatch hands it the attempt and
+    starts the next spare. Each process still runs exactly one attempt; takeover no longer pays
+    for an interpreter's start-up.
     """
 
     def __init__(self, *, python: str = sys.executable, cwd: str | os.PathLike[str] | None = None,
                  env: dict[str, str] | None = None, log_dir: str | os.PathLike[str] | None = None,
-                 stop_signal: signal.Signals | None = signal.SIGTERM) -> None:
+                 stop_signal: signal.Signals | None = signal.SIGTERM, warm: bool = False) -> None:
         self.python = python
         self.cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
         self.env = {**os.environ, **(env or {})}
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.stop_signal = stop_signal
         self.procs: dict[tuple[str, int], asyncio.subprocess.Process] = {}
-        self._logs: dict[tuple[str, int], IO[bytes]] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
+        self.warm = warm
+        self._spares: dict[tuple[str, str], tuple[asyncio.subprocess.Process, Path | None]] = {}
+        self._spare_no = 0
 
     def log_path(self, assignment: Assignment) -> Path | None:
         if self.log_dir is None:
@@ -91,29 +99,76 @@ class SubprocessDispatcher(Dispatcher):
         if callable(d.attempt) and resolve(assignment.function) is not d.attempt:
             raise ConfigError(f"{assignment.function} does not import as the attempt function; "
                               "register a module-level function by name", ref=assignment.function)
+        # Shielded: a supervisor cancelled mid-dispatch (Ctrl-C) still records the process it
+        # started, so close() and stop() can find it.
+        await asyncio.shield(self._dispatch(assignment))
+
+    async def _dispatch(self, assignment: Assignment) -> None:
         key = (assignment.work_id, assignment.attempt)
         if key in self.procs:
             return
-        out: IO[bytes] | None = None
         path = self.log_path(assignment)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            out = open(path, "ab")
-            self._logs[key] = out
-        proc = await asyncio.create_subprocess_exec(
-            self.python, "-m", "outlive", "worker", *worker_argv(assignment),
-            cwd=self.cwd, env=self.env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=out, stderr=asyncio.subprocess.STDOUT if out is not None else None)
+        proc = await self._adopt_spare(assignment, path) if self.warm else None
+        if proc is None:
+            proc = await self._spawn(worker_argv(assignment), path)
         self.procs[key] = proc
         watcher = asyncio.create_task(self._watch(key, proc))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
+        if self.warm:
+            await self._start_spare(assignment)
+
+    async def _spawn(self, argv: list[str], path: Path | None,
+                     stdin: int = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+        out: IO[bytes] | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            out = open(path, "ab")   # the child keeps its own descriptor; ours closes below
+        try:
+            return await asyncio.create_subprocess_exec(
+                self.python, "-m", "outlive", "worker", *argv,
+                cwd=self.cwd, env=self.env, stdin=stdin,
+                stdout=out, stderr=asyncio.subprocess.STDOUT if out is not None else None)
+        finally:
+            if out is not None:
+                out.close()
+
+    async def _start_spare(self, assignment: Assignment) -> None:
+        spot = (assignment.function, assignment.backend_url)
+        if spot in self._spares and self._spares[spot][0].returncode is None:
+            return
+        self._spare_no += 1
+        path = (self.log_dir / f"spare-{os.getpid()}-{self._spare_no}.log"
+                if self.log_dir is not None else None)
+        argv = [assignment.function, "--backend", assignment.backend_url, "--standby"]
+        proc = await self._spawn(argv, path, stdin=asyncio.subprocess.PIPE)
+        self._spares[spot] = (proc, path)
+
+    async def _adopt_spare(self, assignment: Assignment,
+                           path: Path | None) -> asyncio.subprocess.Process | None:
+        spare = self._spares.pop((assignment.function, assignment.backend_url), None)
+        if spare is None:
+            return None
+        proc, spare_log = spare
+        if proc.returncode is not None or proc.stdin is None:
+            return None
+        if spare_log is not None and path is not None:
+            spare_log.rename(path)     # the process keeps writing to the same file, renamed
+        d = assignment.definition
+        line = json.dumps({"work": assignment.work_id, "attempt": assignment.attempt,
+                           "token": assignment.token, "persist": d.persist,
+                           "heartbeat": d.lease.heartbeat_interval, "inputs": d.inputs_ref,
+                           "arg": list(d.args)})
+        try:
+            proc.stdin.write(line.encode() + b"\n")
+            await proc.stdin.drain()
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            return None
+        return proc
 
     async def _watch(self, key: tuple[str, int], proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
-        out = self._logs.pop(key, None)
-        if out is not None:
-            out.close()
         self._changed.set()
 
     def gone(self, assignment: Assignment) -> bool:
@@ -134,7 +189,9 @@ class SubprocessDispatcher(Dispatcher):
 
     async def close(self) -> None:
         """Stop every process still running (SIGTERM, then SIGKILL after 5 s)."""
-        alive = [p for p in self.procs.values() if p.returncode is None]
+        spares = [p for p, _path in self._spares.values()]
+        self._spares.clear()
+        alive = [p for p in [*self.procs.values(), *spares] if p.returncode is None]
         for p in alive:
             with contextlib.suppress(ProcessLookupError):
                 p.terminate()
@@ -159,9 +216,11 @@ def _parser(prog: str = "outlive worker") -> argparse.ArgumentParser:
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("function", metavar="MODULE:FUNCTION", help="the attempt function")
     p.add_argument("--backend", required=True, help="backend URL shared with the supervisor")
-    p.add_argument("--work", required=True, help="work id")
-    p.add_argument("--attempt", required=True, type=int, help="the admitted attempt's number")
-    p.add_argument("--token", required=True, type=int, help="the token it was admitted with")
+    p.add_argument("--work", help="work id")
+    p.add_argument("--attempt", type=int, help="the admitted attempt's number")
+    p.add_argument("--token", type=int, help="the token it was admitted with")
+    p.add_argument("--standby", action="store_true",
+                   help="start up, then read the attempt (one JSON line) from stdin")
     p.add_argument("--inputs", metavar="MODULE:FUNCTION", help="version name -> input content")
     p.add_argument("--persist", default="step", choices=("step", "end"))
     p.add_argument("--heartbeat", type=int, default=Lease().heartbeat_interval,
@@ -171,6 +230,18 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
 
 async def run_worker(args: argparse.Namespace) -> int:
     """Run the attempt named by ``args``; SIGTERM cancels it (the supervisor replaced it)."""
+    backend = await open_backend(args.backend)
+    if args.standby:
+        resolve(args.function)      # import the user's module now, not at takeover time
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        if not line.strip():
+            await backend.close()
+            return 0                # released unused
+        for name, value in json.loads(line).items():
+            setattr(args, name, value)
+    if args.work is None or args.attempt is None or args.token is None:
+        await backend.close()
+        raise ConfigError("outlive worker needs --work, --attempt and --token (or --standby)")
     definition = WorkDefinition(
         work_id=args.work, attempt=args.function, contract=_UNJUDGED, inputs=args.inputs,
         persist=args.persist, lease=Lease(heartbeat_interval=args.heartbeat), args=tuple(args.arg))
@@ -178,7 +249,6 @@ async def run_worker(args: argparse.Namespace) -> int:
                             token=args.token, pinned_version=None, function=args.function,
                             definition=definition)
     tag = f"attempt #{args.attempt} of {args.work} (token {args.token}, pid {os.getpid()})"
-    backend = await open_backend(args.backend)
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     assert task is not None
