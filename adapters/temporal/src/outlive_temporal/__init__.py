@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._backend import StepReport, TemporalBackend, workflow_id
 from ._dispatch import TemporalDispatcher
 from ._engine import Attempt, Work
-from ._handle import AttemptRef, WorkHandle, current_attempt, typed_error
+from ._errors import typed_error
+from ._handle import AttemptRef, WorkHandle, current_attempt
 from ._plugin import OutlivePlugin
 from ._store import BlobStore, FileStore, StoreCodec
-from .backend import StepReport, TemporalBackend, workflow_id
 
 __all__ = ["Attempt", "AttemptRef", "BlobStore", "DevServer", "FileStore", "OutlivePlugin",
            "StepReport", "StoreCodec", "TemporalBackend", "TemporalDispatcher", "Work", "WorkHandle",

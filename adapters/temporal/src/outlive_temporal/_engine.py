@@ -55,8 +55,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Rule, StrictCurrent, dependable
 
+    from ._errors import rejection
+
 __all__ = ["CARRY_KEY", "COMMAND_UPDATE", "DEPENDABLE_QUERY", "PUBLISH_UPDATE", "STATE_QUERY",
-           "Attempt", "Work", "activity_id", "parse_activity_id", "rejection", "rule_from_text"]
+           "Attempt", "Work", "activity_id", "parse_activity_id", "rule_from_text"]
 
 T = TypeVar("T")
 
@@ -69,14 +71,6 @@ DEPENDABLE_QUERY = "outlive_dependable"
 CARRY_KEY = "outlive_carry"
 _ID_PREFIX = "outlive"
 _REF = "outlive_ref"
-
-
-def rejection(exc: BaseException) -> ApplicationError:
-    """An outlive error as an ApplicationError whose details rebuild the same typed error."""
-    if not isinstance(exc, OutliveError):
-        exc = InvalidRecord(f"malformed command: {type(exc).__name__}: {exc}")
-    return ApplicationError(exc.message, exc.to_dict(), type=type(exc).__name__,
-                            non_retryable=True)
 
 
 def activity_id(attempt: int, token: int, n: int, step: str) -> str:

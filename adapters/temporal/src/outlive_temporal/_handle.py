@@ -14,28 +14,17 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from outlive import codec
 from outlive import ledger as L
-from outlive.errors import InvalidRecord, NotFound, OutliveError, error_from_dict
+from outlive.errors import InvalidRecord, NotFound
 from outlive.records import InputVersion, WorkState
 
 from ._engine import COMMAND_UPDATE, DEPENDABLE_QUERY, PUBLISH_UPDATE, STATE_QUERY, parse_activity_id
+from ._errors import typed_error
 
-__all__ = ["AttemptRef", "WorkHandle", "current_attempt", "typed_error"]
-
-
-def typed_error(cause: BaseException | None) -> OutliveError | None:
-    """The outlive error an ApplicationError carries (a refused update, a failed work)."""
-    while cause is not None:
-        if isinstance(cause, ApplicationError) and cause.details:
-            data = cause.details[0]
-            if isinstance(data, dict) and "type" in data:
-                return error_from_dict(data)
-        cause = cause.__cause__
-    return None
+__all__ = ["AttemptRef", "WorkHandle", "current_attempt"]
 
 
 async def _update(handle: WorkflowHandle[Any, Any], name: str, *args: Any) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from outlive import codec
@@ -28,8 +28,10 @@ with workflow.unsafe.imports_passed_through():
     from outlive.errors import InvalidRecord, OutliveError
     from outlive.records import WorkState
 
+    from ._errors import rejection
+
 __all__ = ["LEDGER_WORKFLOW", "STEP_ACTIVITY", "BatchItem", "BatchReply", "BatchRequest",
-           "LedgerArgs", "LedgerWorkflow", "StepReply", "StepRequest", "rejection"]
+           "LedgerArgs", "LedgerWorkflow", "StepReply", "StepRequest"]
 
 LEDGER_WORKFLOW = "OutliveLedger"
 STEP_ACTIVITY = "outlive_step"
@@ -100,14 +102,6 @@ class BatchReply:
 
     journaled: int
     stop: StepReply | None = None
-
-
-def rejection(exc: BaseException) -> ApplicationError:
-    """An outlive error as an ApplicationError whose details rebuild the same typed error."""
-    if not isinstance(exc, OutliveError):
-        exc = InvalidRecord(f"malformed command: {type(exc).__name__}: {exc}")
-    return ApplicationError(exc.message, exc.to_dict(), type=type(exc).__name__,
-                            non_retryable=True)
 
 
 @workflow.defn(name=LEDGER_WORKFLOW)

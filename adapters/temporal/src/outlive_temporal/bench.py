@@ -42,7 +42,7 @@ from temporalio.worker import Worker as TWorker
 from outlive import Backend, Controller, Worker
 from outlive import ledger as L
 
-from .backend import TemporalBackend
+from ._backend import TemporalBackend
 from .devserver import DevServer
 
 __all__ = ["main", "run_bench"]
