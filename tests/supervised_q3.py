@@ -176,3 +176,8 @@ def supervise_main() -> None:
         await backend.close()
 
     asyncio.run(main())
+
+
+def cli_definition() -> outlive.WorkDefinition:
+    """For ``outlive supervise supervised_q3:cli_definition``."""
+    return definition(lease=outlive.Lease(heartbeat_interval=250, missed_beats=3))
