@@ -168,7 +168,7 @@ def supervise_main() -> None:
 
     async def main() -> None:
         backend = await outlive.open_backend(url)
-        lease = outlive.Lease(heartbeat_interval=200, missed_beats=3, start_grace=8_000)
+        lease = outlive.Lease(heartbeat_interval=500, missed_beats=4, start_grace=8_000)
         dispatcher = _DyingDispatcher(die, log_dir=run_dir() / "logs", stop_signal=None)
         async with outlive.Supervisor(backend, definition(lease=lease), dispatcher) as sup:
             await sup.publish("v1", V1)
@@ -180,4 +180,4 @@ def supervise_main() -> None:
 
 def cli_definition() -> outlive.WorkDefinition:
     """For ``outlive supervise supervised_q3:cli_definition``."""
-    return definition(lease=outlive.Lease(heartbeat_interval=250, missed_beats=3))
+    return definition(lease=outlive.Lease(heartbeat_interval=500, missed_beats=4))

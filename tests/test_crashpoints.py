@@ -29,7 +29,7 @@ from outlive.hashing import content_hash, input_key
 
 HERE = Path(__file__).resolve().parent
 FULL = os.environ.get("OUTLIVE_CRASHPOINTS") == "full"
-LEASE = Lease(heartbeat_interval=250, missed_beats=3)   # generous: the machine may be loaded
+LEASE = Lease(heartbeat_interval=500, missed_beats=4)   # generous: the machine may be loaded
 
 #: The bounded subset in `make test`: a boundary of each kind, both signals, both input stories.
 SUBSET = [

@@ -15,7 +15,7 @@ V1 = {"s1": "Revenue was 4.1 million.", "s2": "Costs fell 3 percent."}
 V2 = {**V1, "s1": "Revenue was 4.7 million."}
 VERSIONS = {"v1": V1, "v2": V2}
 CONTRACT = outlive.Contract(name="digest-form", version="1", assessor="test:complete")
-LEASE = outlive.Lease(heartbeat_interval=50, missed_beats=2, start_grace=300)
+LEASE = outlive.Lease(heartbeat_interval=200, missed_beats=3, start_grace=1_000)  # a loaded machine
 
 
 def load_inputs(version: str) -> dict[str, str]:

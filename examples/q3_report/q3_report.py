@@ -117,7 +117,7 @@ async def main(where: str) -> dict[str, Any]:
     backend = await outlive.open_backend(f"sqlite:///{run / 'outlive.db'}")
     work = WorkDefinition(work_id=WORK, attempt="q3_report:attempt", inputs="q3_report:inputs",
                           contract=CONTRACT, assessor="q3_report:assess", complete=announced,
-                          lease=Lease(heartbeat_interval=500, missed_beats=3))
+                          lease=Lease(heartbeat_interval=1_000, missed_beats=3))
     dispatcher = SubprocessDispatcher(env={"PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])},
                                       log_dir=run / "logs", stop_signal=None)
     seen: set[str] = set()
