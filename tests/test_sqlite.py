@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,3 +163,225 @@ async def test_concurrent_processes_lose_no_command(tmp_path: Path) -> None:
     await b.close()
     assert after is not None
     assert after.seq - before.seq == 600 and after.attempts[0].heartbeats == 600
+
+
+# -- short write transactions: a paused process and the others -------------------------------
+PAUSING = textwrap.dedent("""
+    import asyncio, os, signal, sys
+    import outlive
+    from outlive import ledger as L, sqlstore
+    url, beats, pause_at, where = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    writes = [0]
+
+    def pause(*_):
+        writes[0] += 1
+        if writes[0] == pause_at:
+            print("paused", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)   # the whole process stops here, for real
+
+    if where == "encode":      # after the read and the apply, while encoding: no lock held
+        original = sqlstore.SqlLedgerStore.write_request
+        def write_request(self, *a, **k):
+            pause()
+            return original(self, *a, **k)
+        sqlstore.SqlLedgerStore.write_request = write_request
+
+    async def main():
+        b = await outlive.open_backend(url)
+        if where == "commit":  # inside the write transaction, just before COMMIT
+            b.ledger.before_commit = pause
+        att = (await b.load("busy")).attempts[0]
+        kinds = []
+        for i in range(beats):
+            out = await b.execute("busy", L.Heartbeat(attempt=att.number, token=att.token, at=i))
+            kinds.append(out.kind)
+        print(" ".join(kinds), flush=True)
+        await b.close()
+    asyncio.run(main())
+""")
+
+
+async def _busy_work(url: str) -> outlive.Backend:
+    b = await outlive.open_backend(url)
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("busy")
+    await ctl.publish("busy", "v1", {"s1": "x"})
+    await ctl.admit("busy")
+    return b
+
+
+async def _other_works_commit(b: outlive.Backend, n: int) -> None:
+    for i in range(n):
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work(f"other-{i}")
+        await ctl.publish(f"other-{i}", "v1", {"s1": "x"})
+        att = await ctl.admit(f"other-{i}")
+        await b.execute(f"other-{i}", L.Heartbeat(attempt=att.number, token=att.token, at=1))
+
+
+async def test_a_worker_paused_mid_command_does_not_stop_the_others(tmp_path: Path) -> None:
+    """SIGSTOP a real worker process between its read and its write: every other work commits,
+    and the controller marks the paused worker's own attempt unknown (no lock is held)."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    b = await _busy_work(url)
+    b.lock_timeout = 10.0     # were the file wedged, this would raise instead of committing
+    proc = subprocess.Popen([sys.executable, "-c", PAUSING, url, "8", "4", "encode"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "paused"
+        await _other_works_commit(b, 5)
+        await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+        os.kill(proc.pid, signal.SIGCONT)
+        kinds = proc.stdout.readline().split()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # The paused heartbeat lost the compare-and-set, was re-applied to the new state, and the
+    # ledger dropped it: the attempt is unknown, beats after the pause are ignored.
+    assert kinds == ["beat"] * 3 + ["ignored"] * 5
+    st = await b.load("busy")
+    await b.close()
+    assert st is not None and st.attempts[0].state.value == "unknown"
+    assert st.attempts[0].heartbeats == 3
+
+
+async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
+        tmp_path: Path) -> None:
+    """The limit of a file lock, shown: paused between its write and COMMIT, a process keeps
+    SQLite's write lock; other writers get BackendUnavailable (nothing written) after their
+    lock timeout, the event loop stays free meanwhile, and all resumes when the process does."""
+    import asyncio
+
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    b = await _busy_work(url)
+    proc = subprocess.Popen([sys.executable, "-c", PAUSING, url, "3", "2", "commit"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "paused"
+        before = await b.load("busy")
+        b.lock_timeout = 1.0
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        running = asyncio.create_task(ticker())
+        with pytest.raises(outlive.errors.BackendUnavailable) as info:
+            await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+        running.cancel()
+        assert info.value.details["landed"] is False
+        assert ticks >= 10, "the event loop was blocked while waiting for the lock"
+        assert await b.load("busy") == before
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.stdout.readline().split() == ["beat"] * 3
+        assert proc.wait(timeout=60) == 0
+        b.lock_timeout = 30.0
+        await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        await b.close()
+
+
+# -- O(1) small writes -------------------------------------------------------------------------
+async def _wal_bytes_of_a_heartbeat(path: Path, candidates: int, size: int) -> tuple[int, int]:
+    import sqlite3
+
+    from outlive import Part, content_hash
+
+    b = await outlive.open_backend(f"sqlite:///{path}")
+    try:
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("w")
+        await ctl.publish("w", "v1", {"s1": "x"})
+        att = await ctl.admit("w")
+        w = Worker(b, att, {"s1": "x"}, clock=lambda: 1)
+        await w.start()
+        await w.step("s1", lambda s1: {"r": s1}, s1="x")
+        st = await b.load("w")
+        assert st is not None
+        entry = st.journal[0]
+        part = Part(step="s1", input_key=entry.input_key, sources=entry.sources,
+                    result_id=entry.result_id)
+        for i in range(candidates):
+            content = {"text": f"{i}" + "c" * size}
+            digest = L.candidate_digest("w", "v1", (part,), content)
+            await b.execute("w", L.SubmitCandidate(attempt=att.number, token=att.token,
+                                                   digest=digest, parts=(part,), content=content,
+                                                   at=2))
+        side = sqlite3.connect(path)
+        side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        wal = Path(f"{path}-wal")
+        assert wal.stat().st_size == 0
+        await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=3))
+        written = wal.stat().st_size
+        side.close()
+        assert isinstance(b, outlive._sqlite.SqliteBackend)  # type: ignore[attr-defined]
+        return written, b.ledger.store.last_write_bytes
+    finally:
+        await b.close()
+
+
+async def test_a_heartbeat_writes_the_same_bytes_whatever_the_candidates(tmp_path: Path) -> None:
+    """Measured in bytes the file really gained (the WAL after a checkpoint), not in time."""
+    import outlive._sqlite  # noqa: F401
+
+    one_small = await _wal_bytes_of_a_heartbeat(tmp_path / "a.db", 1, 10)
+    six_large = await _wal_bytes_of_a_heartbeat(tmp_path / "b.db", 6, 200_000)
+    # Encoded bytes (head + one attempt row) differ only by the digits of the larger seq.
+    assert abs(six_large[1] - one_small[1]) <= 4 and one_small[1] < 1_000
+    assert six_large[0] == one_small[0] <= 6 * 4128 + 32  # WAL: the same few pages (+ headers)
+
+
+# -- honest errors -----------------------------------------------------------------------------
+async def test_disk_full_is_backend_unavailable_and_says_nothing_landed(tmp_path: Path) -> None:
+    """A real SQLITE_FULL (the file may not grow): never InvalidRecord, and read back."""
+    from outlive import Part
+
+    b = await outlive.open_backend(f"sqlite:///{tmp_path / 'o.db'}")
+    try:
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("w")
+        await ctl.publish("w", "v1", {"s1": "x"})
+        att = await ctl.admit("w")
+        w = Worker(b, att, {"s1": "x"}, clock=lambda: 1)
+        await w.start()
+        await w.step("s1", lambda s1: {"r": s1}, s1="x")
+        before = await b.load("w")
+        assert before is not None
+        entry = before.journal[0]
+        part = Part(step="s1", input_key=entry.input_key, sources=entry.sources,
+                    result_id=entry.result_id)
+        content = {"text": "c" * 200_000}
+        cmd = L.SubmitCandidate(attempt=att.number, token=att.token, parts=(part,),
+                                digest=L.candidate_digest("w", "v1", (part,), content),
+                                content=content, at=2)
+        sb: Any = b
+        pages = await sb._call(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+        await sb._call(lambda c: c.execute(f"PRAGMA max_page_count={pages + 2}"))
+        with pytest.raises(outlive.errors.BackendUnavailable) as info:
+            await b.execute("w", cmd)
+        assert not isinstance(info.value, InvalidRecord)
+        assert info.value.details["landed"] is False
+        assert "full" in info.value.message
+        assert await b.load("w") == before
+        await sb._call(lambda c: c.execute("PRAGMA max_page_count=1073741823"))
+        assert (await b.execute("w", cmd)).kind == "candidate"
+    finally:
+        await b.close()
+
+
+def test_the_receiver_is_durable(tmp_path: Path) -> None:
+    receiver = outlive.SqliteReceiver(str(tmp_path / "r.db"))
+    try:
+        assert receiver._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        receiver.close()

@@ -59,6 +59,8 @@ class SqliteReceiver:
         self.clock = clock
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
+        # The receiver's key is its promise of "once": it must survive a power cut, not only a crash.
+        self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS outlive_receiver_keys (key TEXT PRIMARY KEY, "
             "effect_id TEXT NOT NULL, at INTEGER NOT NULL, payload_digest TEXT NOT NULL)"

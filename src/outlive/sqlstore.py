@@ -1,41 +1,115 @@
-"""The ledger kept in SQLite tables, on a connection the caller owns.
+"""The one SQL ledger store, for SQLite and PostgreSQL alike.
 
-Shared by ``sqlite://`` and by adapters that keep the ledger beside an engine's own tables in the
-same file (``langgraph+sqlite://``, next to the checkpoints). The caller opens the transaction
-(``BEGIN IMMEDIATE``) and commits; this module reads the work, applies the pure ledger and writes
-the new head with a conditional ``UPDATE … WHERE seq = ?`` plus only the new journal rows (the
-journal is append-only, so a write's cost does not grow with the steps before it).
+Every SQL backend (``sqlite://``, ``postgresql://``, and the adapters that keep the ledger beside
+an engine's own tables, ``langgraph+sqlite`` and ``langgraph+postgres``) persists a work the same
+way, through :func:`command_flow`:
+
+1. **Read** the work's head row and the rows written since the cached ``seq`` (one statement,
+   so one snapshot; no lock is taken).
+2. **Apply** the pure ledger and **encode** the changed records, outside any transaction.
+3. **Write** in a short transaction: a conditional ``UPDATE outlive_works ... WHERE seq = ?``
+   (the compare-and-set), then an upsert of the changed rows only. A missed condition means
+   another writer moved the work: read again and re-apply.
+
+Layout: ``outlive_works`` holds one small row per work (scalars such as the epoch, plus the
+length of each collection); ``outlive_rows`` holds every record of every collection in its own
+row, keyed ``(work_id, kind, idx)`` and stamped with the ``seq`` that last wrote it. So a
+heartbeat writes the head and one attempt row, whatever the number and size of the candidates,
+and the journal grows by appending rows.
+
+The flow is a generator that yields requests (:class:`Read`, :class:`Write`, :class:`Landed`)
+and receives answers: each backend drives it with its own driver (a thread for ``sqlite3``,
+psycopg's async connection for PostgreSQL), so the logic exists once. A write whose outcome is
+unknown (disk full, I/O error, the connection lost mid-commit) is resolved by reading the head
+back: the command either landed (the outcome is returned) or did not (``BackendUnavailable``
+with ``landed=False``); only when the read-back itself fails is it ``landed=None``.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from dataclasses import replace
+import uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from . import codec
 from .errors import BackendUnavailable, ConfigError, InvalidRecord
 from .ledger import Command, Outcome, apply
-from .records import JournalEntry, WorkState
+from .records import WorkState
 
-__all__ = ["SCHEMA", "SqliteLedgerStore", "sqlite_path"]
+__all__ = [
+    "COLLECTIONS",
+    "POSTGRES",
+    "SCHEMA",
+    "SQLITE",
+    "Dialect",
+    "Landed",
+    "Read",
+    "SqlLedgerStore",
+    "SqliteLedgerStore",
+    "Write",
+    "WriteFailed",
+    "command_flow",
+    "sqlite_error",
+    "sqlite_path",
+]
 
-SCHEMA = """
+#: WorkState fields kept one record per row; the rest of the state is the head row.
+COLLECTIONS = ("inputs", "attempts", "journal", "candidates", "acceptances", "effects")
+#: Collections the ledger only ever appends to: a write encodes only their new tail.
+_APPEND_ONLY = frozenset({"inputs", "journal", "candidates", "acceptances"})
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between SQLite and PostgreSQL: parameter style and column types."""
+
+    name: str
+    schema: str
+
+    def sql(self, text: str) -> str:
+        """Statements are written with ``?``; PostgreSQL (psycopg) spells them ``%s``."""
+        return text if self.name == "sqlite" else text.replace("?", "%s")
+
+
+_DDL = """
 CREATE TABLE IF NOT EXISTS outlive_works (
-    work_id     TEXT PRIMARY KEY,
-    seq         INTEGER NOT NULL,
-    epoch       INTEGER NOT NULL,
-    journal_len INTEGER NOT NULL,
-    state       TEXT NOT NULL
+    work_id  TEXT PRIMARY KEY,
+    seq      {int} NOT NULL,
+    epoch    {int} NOT NULL,
+    write_id TEXT NOT NULL,
+    state    TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS outlive_journal (
+CREATE TABLE IF NOT EXISTS outlive_rows (
     work_id TEXT NOT NULL,
+    kind    TEXT NOT NULL,
     idx     INTEGER NOT NULL,
-    entry   TEXT NOT NULL,
-    PRIMARY KEY (work_id, idx)
+    wseq    {int} NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (work_id, kind, idx)
 );
+CREATE INDEX IF NOT EXISTS outlive_rows_by_seq ON outlive_rows (work_id, wseq);
 """
+
+SQLITE = Dialect("sqlite", _DDL.format(int="INTEGER"))
+POSTGRES = Dialect("postgresql", _DDL.format(int="BIGINT"))
+#: The SQLite tables (kept under this name for callers that create them beside their own).
+SCHEMA = SQLITE.schema
+
+_READ = ("SELECT CAST('' AS TEXT) AS kind, seq AS idx, state AS body FROM outlive_works "
+         "WHERE work_id = ? UNION ALL "
+         "SELECT kind, idx, body FROM outlive_rows WHERE work_id = ? AND wseq > ? ORDER BY 1, 2")
+_INSERT_HEAD = ("INSERT INTO outlive_works (work_id, seq, epoch, write_id, state) VALUES (?,?,?,?,?) "
+                "ON CONFLICT (work_id) DO NOTHING")
+_UPDATE_HEAD = ("UPDATE outlive_works SET seq = ?, epoch = ?, write_id = ?, state = ? "
+                "WHERE work_id = ? AND seq = ?")
+_UPSERT_ROW = ("INSERT INTO outlive_rows (work_id, kind, idx, wseq, body) VALUES (?,?,?,?,?) "
+               "ON CONFLICT (work_id, kind, idx) DO UPDATE SET wseq = excluded.wseq, "
+               "body = excluded.body")
+_LANDED = "SELECT seq, write_id FROM outlive_works WHERE work_id = ?"
+_WORKS = "SELECT work_id FROM outlive_works ORDER BY work_id"
 
 
 def sqlite_path(url: str) -> str:
@@ -50,74 +124,393 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-class SqliteLedgerStore:
-    """Reads and writes works' ledgers; caches each state until another writer moves ``seq``."""
+# -- the requests a driver answers ------------------------------------------------------------
+@dataclass(frozen=True)
+class Read:
+    """Run one query; answer with its rows (a list of tuples)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._cache: dict[str, tuple[int, WorkState]] = {}
+    sql: str
+    params: tuple[Any, ...]
 
-    def read(self, conn: sqlite3.Connection, work_id: str) -> tuple[int, WorkState | None]:
-        """The work's ``seq`` and state (``-1, None`` if absent); call inside one transaction."""
-        row = conn.execute("SELECT seq FROM outlive_works WHERE work_id = ?", (work_id,)).fetchone()
-        if row is None:
-            return -1, None
-        seq = int(row[0])
-        cached = self._cache.get(work_id)
-        if cached is not None and cached[0] == seq:
-            return seq, cached[1]
-        text, n = conn.execute("SELECT state, journal_len FROM outlive_works WHERE work_id = ?",
-                               (work_id,)).fetchone()
-        head = codec.loads(text)
-        prior = cached[1].journal if cached is not None and len(cached[1].journal) <= n else ()
-        added = tuple(codec.loads(r[0]) for r in conn.execute(
-            "SELECT entry FROM outlive_journal WHERE work_id = ? AND idx >= ? AND idx < ? "
-            "ORDER BY idx", (work_id, len(prior), n)))
-        if (not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq
-                or len(prior) + len(added) != n
-                or not all(isinstance(e, JournalEntry) for e in added)):
-            raise InvalidRecord(f"{self.path}: the ledger rows of {work_id!r} are corrupt",
-                                work_id=work_id)
-        state = replace(head, journal=prior + added)
-        self._cache[work_id] = (seq, state)
-        return seq, state
 
-    def _write(self, conn: sqlite3.Connection, work_id: str, old: WorkState | None,
-               new: WorkState, seq: int) -> None:
-        before = len(old.journal) if old is not None else 0
-        if old is not None and new.journal[:before] != old.journal:
-            raise InvalidRecord("the journal is append-only")  # pragma: no cover - ledger bug
-        head = codec.dumps(replace(new, journal=()))
+@dataclass(frozen=True)
+class Write:
+    """One short transaction: ``cas`` must change exactly one row, then ``rows`` are upserted.
+
+    Answer True once committed, False if ``cas`` changed no row (rolled back, nothing written).
+    If the transaction fails otherwise, throw :class:`WriteFailed` into the flow.
+    """
+
+    cas: tuple[str, tuple[Any, ...]]
+    rows_sql: str
+    rows: list[tuple[Any, ...]]
+    #: Bytes of encoded records this write sends (head plus rows): what a command costs on disk.
+    size: int
+
+
+@dataclass(frozen=True)
+class Landed:
+    """After a failed write: run this query (on a working connection) and answer its rows."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+
+class WriteFailed(Exception):
+    """Thrown into the flow by a driver whose write failed for a reason other than the CAS."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+Request = Read | Write | Landed
+
+
+# -- the store --------------------------------------------------------------------------------
+class SqlLedgerStore:
+    """Encodes and decodes works as head + rows; caches each state until another writer moves it."""
+
+    def __init__(self, dialect: Dialect, where: str) -> None:
+        self.dialect = dialect
+        self.where = where  # a path or URL, for messages
+        self._cache: dict[str, WorkState] = {}
+        #: Bytes the last committed write sent (head plus changed rows); benchmarks report it.
+        self.last_write_bytes = 0
+        #: Writes that lost the compare-and-set to another writer and were re-applied.
+        self.conflicts = 0
+
+    # -- read ------------------------------------------------------------------------------------
+    def read_request(self, work_id: str, *, full: bool = False) -> Read:
+        cached = None if full else self._cache.get(work_id)
+        since = cached.seq if cached is not None else -1
+        return Read(self.dialect.sql(_READ), (work_id, work_id, since))
+
+    def decode(self, work_id: str, rows: list[tuple[Any, ...]], *,
+               full: bool = False) -> tuple[bool, WorkState | None]:
+        """``(ok, state)``; ``ok`` False means the cache could not be brought forward: read all."""
+        if not rows or rows[0][0] != "":
+            if rows:
+                raise self._corrupt(work_id)
+            self._cache.pop(work_id, None)
+            return True, None
+        seq = int(rows[0][1])
+        cached = None if full else self._cache.get(work_id)
+        if cached is not None and seq == cached.seq and len(rows) == 1:
+            return True, cached
+        if cached is not None and seq < cached.seq:
+            return False, None
+        try:
+            doc = codec.loads(rows[0][2])
+            head = doc["head"]
+            counts = doc["counts"]
+        except (InvalidRecord, KeyError, TypeError) as exc:
+            raise self._corrupt(work_id) from exc
+        if not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq:
+            raise self._corrupt(work_id)
+        lists = {k: list(getattr(cached, k)) if cached is not None else [] for k in COLLECTIONS}
+        for kind, idx, body in rows[1:]:
+            items = lists.get(kind)
+            if items is None:
+                raise self._corrupt(work_id)
+            if idx < len(items):
+                items[idx] = codec.loads(body)
+            elif idx == len(items):
+                items.append(codec.loads(body))
+            elif full:
+                raise self._corrupt(work_id)
+            else:
+                return False, None  # a gap: the cache is older than rows we skipped
+        if any(len(lists[k]) != counts.get(k) for k in COLLECTIONS):
+            if full:
+                raise self._corrupt(work_id)
+            return False, None
+        fields: dict[str, Any] = {k: tuple(v) for k, v in lists.items()}
+        state = replace(head, **fields)
+        self._cache[work_id] = state
+        return True, state
+
+    def _corrupt(self, work_id: str) -> InvalidRecord:
+        return InvalidRecord(f"{self.where}: the ledger rows of {work_id!r} are corrupt",
+                             work_id=work_id)
+
+    # -- write -----------------------------------------------------------------------------------
+    def write_request(self, work_id: str, old: WorkState | None, new: WorkState,
+                      write_id: str) -> Write:
+        """The head (compare-and-set on the old ``seq``) and only the rows that changed."""
+        rows: list[tuple[Any, ...]] = []
+        size = 0
+        for kind in COLLECTIONS:
+            before: tuple[Any, ...] = getattr(old, kind) if old is not None else ()
+            after: tuple[Any, ...] = getattr(new, kind)
+            if kind in _APPEND_ONLY and len(after) >= len(before):
+                if before and after[len(before) - 1] is not before[-1] \
+                        and after[len(before) - 1] != before[-1]:
+                    raise InvalidRecord(f"{kind} is append-only")  # pragma: no cover - ledger bug
+                start = len(before)
+            else:
+                start = 0
+            for i in range(start, len(after)):
+                item = after[i]
+                if i < len(before) and (item is before[i] or item == before[i]):
+                    continue
+                body = codec.dumps(item)
+                size += len(body)
+                rows.append((work_id, kind, i, new.seq, body))
+        empty: dict[str, Any] = {k: () for k in COLLECTIONS}
+        head = codec.dumps({"head": replace(new, **empty),
+                            "counts": {k: len(getattr(new, k)) for k in COLLECTIONS}})
+        size += len(head)
+        cas: tuple[str, tuple[Any, ...]]
         if old is None:
-            conn.execute("INSERT INTO outlive_works (work_id, seq, epoch, journal_len, state) "
-                         "VALUES (?,?,?,?,?)", (work_id, new.seq, new.epoch, len(new.journal), head))
+            cas = (self.dialect.sql(_INSERT_HEAD), (work_id, new.seq, new.epoch, write_id, head))
         else:
-            # The conditional update is the compare-and-set: a concurrent writer makes it miss.
-            cur = conn.execute(
-                "UPDATE outlive_works SET seq = ?, epoch = ?, journal_len = ?, state = ? "
-                "WHERE work_id = ? AND seq = ? AND epoch <= ?",
-                (new.seq, new.epoch, len(new.journal), head, work_id, seq, new.epoch))
-            if cur.rowcount != 1:
-                raise BackendUnavailable(f"{work_id}: a concurrent ledger write won the race; retry",
-                                         work_id=work_id)
-        conn.executemany("INSERT INTO outlive_journal (work_id, idx, entry) VALUES (?,?,?)",
-                         [(work_id, i, codec.dumps(new.journal[i]))
-                          for i in range(before, len(new.journal))])
+            cas = (self.dialect.sql(_UPDATE_HEAD),
+                   (new.seq, new.epoch, write_id, head, work_id, old.seq))
+        return Write(cas=cas, rows_sql=self.dialect.sql(_UPSERT_ROW), rows=rows, size=size)
+
+    def landed_request(self, work_id: str) -> Landed:
+        return Landed(self.dialect.sql(_LANDED), (work_id,))
+
+    def works_sql(self) -> str:
+        return _WORKS
+
+    def remember(self, state: WorkState) -> None:
+        self._cache[state.work_id] = state
+
+    def forget(self, work_id: str) -> None:
+        self._cache.pop(work_id, None)
+
+
+def _changed(old: WorkState | None, new: WorkState) -> bool:
+    return old is None or new is not old
+
+
+def load_flow(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, WorkState | None]:
+    """Read one work (the cache brought forward, or a full read when it cannot be)."""
+    ok, state = store.decode(work_id, (yield store.read_request(work_id)))
+    if not ok:
+        _, state = store.decode(work_id, (yield store.read_request(work_id, full=True)), full=True)
+    return state
+
+
+def command_flow(store: SqlLedgerStore, work_id: str,
+                 command: Command) -> Generator[Request, Any, Outcome]:
+    """Read, apply and encode outside any lock; write with a compare-and-set; retry on conflict."""
+    while True:
+        state = yield from load_flow(store, work_id)
+        new, outcome = apply(state, command, work_id=work_id)
+        if not _changed(state, new):
+            return outcome
+        write_id = uuid.uuid4().hex
+        request = store.write_request(work_id, state, new, write_id)
+        try:
+            committed = yield request
+        except WriteFailed as failed:
+            store.forget(work_id)
+            landed = yield from _read_back(store, work_id, new, write_id, failed)
+            if landed:
+                store.remember(new)
+                store.last_write_bytes = request.size
+                return outcome
+            raise BackendUnavailable(
+                f"{store.where}: the write of {type(command).__name__} to {work_id!r} failed "
+                f"({failed.cause}); read back: it did not land, nothing was written",
+                work_id=work_id, landed=False) from failed.cause
+        if committed:
+            store.remember(new)
+            store.last_write_bytes = request.size
+            return outcome
+        store.forget(work_id)
+        store.conflicts += 1
+
+
+def _read_back(store: SqlLedgerStore, work_id: str, new: WorkState, write_id: str,
+               failed: WriteFailed) -> Generator[Request, Any, bool]:
+    """Did the failed write land? Its ``write_id`` is in the head exactly when it did."""
+    try:
+        rows = yield store.landed_request(work_id)
+    except WriteFailed as again:
+        raise BackendUnavailable(
+            f"{store.where}: the write to {work_id!r} failed ({failed.cause}) and reading it "
+            f"back failed too ({again.cause}): whether it landed is unknown; read the work "
+            "again before retrying", work_id=work_id, landed=None) from failed.cause
+    if not rows:
+        return False
+    seq, found = int(rows[0][0]), str(rows[0][1])
+    if found == write_id:
+        return True
+    if seq <= new.seq:
+        return False  # the head is at or before our seq and is not ours: ours never landed
+    raise BackendUnavailable(
+        f"{store.where}: the write to {work_id!r} failed ({failed.cause}) and other writes "
+        "followed before it could be read back: whether it landed is unknown; read the work "
+        "again before retrying", work_id=work_id, landed=None) from failed.cause
+
+
+# -- the sqlite3 driver (synchronous; backends run it on a thread of their own) -----------------
+_BUSY = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY",
+                   "SQLITE_LOCKED_SHAREDCACHE"})
+_CORRUPT = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CORRUPT_INDEX",
+                      "SQLITE_CORRUPT_SEQUENCE", "SQLITE_CORRUPT_VTAB"})
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name in _BUSY or (not name and ("locked" in str(exc) or "busy" in str(exc)))
+
+
+def sqlite_error(exc: sqlite3.Error, where: str) -> Exception:
+    """A sqlite3 error outside a write, in outlive's tree: damaged file or unusable storage."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if name in _CORRUPT or (not name and isinstance(exc, sqlite3.DatabaseError)
+                            and not isinstance(exc, sqlite3.OperationalError)):
+        return InvalidRecord(f"{where}: the database is damaged: {exc}", path=where)
+    return BackendUnavailable(f"{where}: {exc}; nothing was written", path=where, landed=False)
+
+
+class SqliteLedgerStore:
+    """Drives the flows on a ``sqlite3`` connection the caller owns, from the caller's thread.
+
+    ``wait(seconds)`` is called while another process holds the write lock (the caller decides
+    how to wait: ``time.sleep`` on a thread of its own); ``lock_timeout`` bounds the wait.
+    """
+
+    def __init__(self, path: str, *, lock_timeout: float = 30.0,
+                 wait: Callable[[float], None] | None = None) -> None:
+        import time
+
+        self.path = path
+        self.store = SqlLedgerStore(SQLITE, path)
+        self.lock_timeout = lock_timeout
+        self._wait = wait or time.sleep
+        self._clock = time.monotonic
+        #: Times a write found another process holding the lock and waited.
+        self.busy_retries = 0
+        #: Called with the open transaction just before COMMIT (tests inject faults here).
+        self.before_commit: Callable[[sqlite3.Connection], None] | None = None
+
+    def _retrying(self, fn: Callable[[], Any]) -> Any:
+        deadline = self._clock() + self.lock_timeout
+        delay = 0.0002
+        while True:
+            try:
+                return fn()
+            except sqlite3.Error as exc:
+                if not _busy(exc):
+                    raise
+                if self._clock() > deadline:
+                    raise BackendUnavailable(
+                        f"{self.path}: another process held the write lock for over "
+                        f"{self.lock_timeout:.0f} s; nothing was written",
+                        path=self.path, landed=False) from exc
+                self.busy_retries += 1
+                self._wait(delay)
+                delay = min(delay * 2, 0.004)
+
+    def _query(self, conn: sqlite3.Connection, sql: str,
+               params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self._retrying(lambda: conn.execute(sql, params).fetchall())  # type: ignore[no-any-return]
+
+    def _write(self, conn: sqlite3.Connection, req: Write) -> bool:
+        self._retrying(lambda: conn.execute("BEGIN IMMEDIATE"))
+        try:
+            if conn.execute(*req.cas).rowcount != 1:
+                conn.execute("ROLLBACK")
+                return False
+            if req.rows:
+                conn.executemany(req.rows_sql, req.rows)
+            if self.before_commit is not None:
+                self.before_commit(conn)
+            conn.execute("COMMIT")
+            return True
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            raise
+
+    def drive(self, conn: sqlite3.Connection, flow: Generator[Request, Any, Any]) -> Any:
+        """Run ``flow`` to its end on ``conn`` (autocommit mode: ``isolation_level=None``)."""
+        answer: Any = None
+        throw: BaseException | None = None
+        while True:
+            try:
+                req = flow.send(answer) if throw is None else flow.throw(throw)
+            except StopIteration as stop:
+                return stop.value
+            answer, throw = None, None
+            try:
+                if isinstance(req, Write):
+                    try:
+                        answer = self._write(conn, req)
+                    except BackendUnavailable:
+                        raise  # the lock was never taken: nothing was written
+                    except sqlite3.Error as exc:
+                        throw = WriteFailed(exc)
+                elif isinstance(req, Landed):
+                    try:
+                        answer = self._query(conn, req.sql, req.params)
+                    except (sqlite3.Error, BackendUnavailable) as exc:
+                        throw = WriteFailed(exc)
+                else:
+                    answer = self._query(conn, req.sql, req.params)
+            except sqlite3.Error as exc:
+                flow.close()
+                raise sqlite_error(exc, self.path) from exc
+
+    # -- entry points ----------------------------------------------------------------------------
+    def run(self, conn: sqlite3.Connection, work_id: str, command: Command) -> Outcome:
+        """One command in short transactions of its own (``conn`` in autocommit mode)."""
+        return self.drive(conn, command_flow(self.store, work_id, command))  # type: ignore[no-any-return]
+
+    def load(self, conn: sqlite3.Connection, work_id: str) -> WorkState | None:
+        return self.drive(conn, load_flow(self.store, work_id))  # type: ignore[no-any-return]
+
+    def works(self, conn: sqlite3.Connection) -> list[str]:
+        rows = self._retrying(lambda: conn.execute(_WORKS).fetchall())
+        return [str(r[0]) for r in rows]
+
+    # -- for callers that hold their own transaction (kept for langgraph+sqlite) -----------------
+    def read(self, conn: sqlite3.Connection, work_id: str) -> tuple[int, WorkState | None]:
+        """The work's ``seq`` and state (``-1, None`` if absent)."""
+        state = self.load(conn, work_id)
+        return (state.seq if state is not None else -1), state
 
     def execute(self, conn: sqlite3.Connection, work_id: str, command: Command,
                 commit: Callable[[], None]) -> Outcome:
         """Apply ``command`` inside the caller's open write transaction, then ``commit()``.
 
-        On any failure the cache entry is dropped and the error propagates: the caller rolls back.
+        The caller holds the write lock for the whole command; prefer :meth:`run`, which takes
+        it for the write alone. On failure the error propagates and the caller rolls back.
         """
+        flow = command_flow(self.store, work_id, command)
+        answer: Any = None
+        committed = False
         try:
-            seq, state = self.read(conn, work_id)
-            new, outcome = apply(state, command, work_id=work_id)
-            if state is None or new is not state:
-                self._write(conn, work_id, state, new, seq)
-            commit()
+            while True:
+                try:
+                    req = flow.send(answer)
+                except StopIteration as stop:
+                    if not committed:
+                        commit()  # nothing changed: end the caller's transaction all the same
+                    out: Outcome = stop.value
+                    return out
+                if isinstance(req, Write):
+                    if conn.execute(*req.cas).rowcount != 1:
+                        raise BackendUnavailable(
+                            f"{work_id}: a concurrent ledger write won the race; retry",
+                            work_id=work_id, landed=False)
+                    if req.rows:
+                        conn.executemany(req.rows_sql, req.rows)
+                    commit()
+                    committed = answer = True
+                else:
+                    answer = conn.execute(req.sql, req.params).fetchall()
         except BaseException:
-            self._cache.pop(work_id, None)
+            self.store.forget(work_id)
+            flow.close()
             raise
-        self._cache[work_id] = (new.seq, new)
-        return outcome
+
