@@ -35,6 +35,20 @@ constraints: install
 	  $(UV) pip freeze --python $(PY) --exclude-editable | grep -v '^uv=='; } > constraints.tmp
 	mv constraints.tmp constraints.txt
 
+# postgresql:// (core) needs PostgreSQL's binaries: tests, the sweep and the benchmark start their
+# own throwaway cluster (outlive._pgserver: initdb in a temp dir, a free loopback port, stopped by
+# PID). This target only makes sure Debian's package is installed.
+ENGINE_TARGETS += engine-postgres
+.PHONY: engine-postgres sweep-postgres
+
+engine-postgres: install
+	@$(PY) -c "from outlive._pgserver import _bin_dir; print('PostgreSQL binaries:', _bin_dir())" 2>/dev/null \
+	  || { echo "installing PostgreSQL (Debian package) for postgresql://"; \
+	       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
+sweep-postgres: engine-postgres
+	$(PY) -m outlive._pgserver -- $(VENV)/bin/outlive sweep --quiet --backend {url}
+
 # Engine fragments (server installs, sweeps, benchmarks) live beside each adapter.
 -include adapters/temporal/engine.mk
 -include adapters/restate/engine.mk

@@ -295,7 +295,7 @@ async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
 async def _wal_bytes_of_a_heartbeat(path: Path, candidates: int, size: int) -> tuple[int, int]:
     import sqlite3
 
-    from outlive import Part, content_hash
+    from outlive import Part
 
     b = await outlive.open_backend(f"sqlite:///{path}")
     try:

@@ -29,6 +29,7 @@ __all__ = ["BACKENDS", "KNOWN_EXTRAS", "Backend", "StepCall", "install_hint", "o
 BACKENDS: dict[str, str] = {
     "memory": "outlive._memory:MemoryBackend",
     "sqlite": "outlive._sqlite:SqliteBackend",
+    "postgresql": "outlive._postgres:PostgresBackend",
     "temporal": "outlive_temporal:TemporalBackend",
     "restate": "outlive_restate:RestateBackend",
     "langgraph+sqlite": "outlive_langgraph:LangGraphSqliteBackend",
@@ -38,6 +39,7 @@ BACKENDS: dict[str, str] = {
 
 #: Schemes served by an optional piece, with the extra that installs it.
 KNOWN_EXTRAS: dict[str, str] = {
+    "postgresql": "postgres",
     "temporal": "temporal",
     "restate": "restate",
     "langgraph+sqlite": "langgraph",

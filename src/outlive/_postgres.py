@@ -1,0 +1,227 @@
+"""``postgresql://USER@HOST:PORT/DB``: the ledger on a PostgreSQL server, for many processes.
+
+The same store as ``sqlite://`` (:mod:`outlive.sqlstore`: head row + one row per record, read
+and apply with no lock, a short write transaction whose conditional ``UPDATE ... WHERE seq = ?``
+is the compare-and-set), driven with psycopg's async connections so the event loop never waits.
+
+What a server adds over an embedded file: a paused or dead holder is cut off. Every session
+runs with ``idle_in_transaction_session_timeout`` (the server ends a session that sits inside a
+transaction, so a worker SIGSTOPped mid-write loses its locks) and ``lock_timeout`` (a write that
+waits for a row lock gives up and is retried, never stuck). Row locks are per work, so a paused
+writer never holds up other works at all. ``synchronous_commit=on``: a commit is durable.
+
+URL options (milliseconds): ``lock_timeout`` (default 2000),
+``idle_in_transaction_session_timeout`` (default 10000), ``pool`` (connections per backend,
+default 4), ``timeout`` (how long a command may keep retrying a busy work, default 30000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from .backend import Backend, url_options
+from .errors import BackendUnavailable, ConfigError
+from .ledger import Command, Outcome
+from .records import WorkState
+from .sqlstore import POSTGRES, Landed, Read, SqlLedgerStore, Write, WriteFailed, command_flow, load_flow
+
+__all__ = ["PostgresBackend", "PostgresLedger", "postgres_options"]
+
+_OPTIONS = {"lock_timeout": 2000, "idle_in_transaction_session_timeout": 10000, "pool": 4,
+            "timeout": 30000}
+#: Errors after which the transaction was rolled back by the server and may simply be retried.
+_RETRY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+def postgres_options(url: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, int]]:
+    """``SCHEME://u@h:p/db?lock_timeout=500`` -> (``postgresql://u@h:p/db``, options).
+
+    ``extra`` names options the caller reads itself (``langgraph+postgres``'s ``durability``).
+    """
+    parts = urlsplit(url)
+    if not parts.hostname or not parts.path.strip("/"):
+        raise ConfigError(f"{url}: expected {parts.scheme}://USER@HOST:PORT/DATABASE", url=url)
+    options = dict(_OPTIONS)
+    for key, value in url_options(url, (*_OPTIONS, *extra)).items():
+        if key in extra:
+            continue
+        try:
+            options[key] = int(value)
+        except ValueError as exc:
+            raise ConfigError(f"{url}: {key} must be an integer (milliseconds)", url=url) from exc
+        if options[key] < 1:
+            raise ConfigError(f"{url}: {key} must be positive", url=url)
+    return urlunsplit(("postgresql", parts.netloc, parts.path, "", "")), options
+
+
+class PostgresLedger:
+    """Ledgers in ``outlive_works`` / ``outlive_rows`` of one database, on a small pool.
+
+    Shared by ``postgresql://`` and ``langgraph+postgres://`` (beside LangGraph's checkpoints).
+    """
+
+    def __init__(self, url: str, *, extra_options: tuple[str, ...] = ()) -> None:
+        self.url = url
+        self.conninfo, self.options = postgres_options(url, extra_options)
+        self.store = SqlLedgerStore(POSTGRES, url)
+        self._idle: asyncio.Queue[psycopg.AsyncConnection[Any] | None] | None = None
+        self._all: list[psycopg.AsyncConnection[Any]] = []
+        #: Times a write waited for another session's row lock (``lock_timeout``) and retried.
+        self.busy_retries = 0
+        #: Awaited with the connection just before a write is sent (fault-injection tests).
+        self.before_write: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        settings = (f"-c lock_timeout={self.options['lock_timeout']} "
+                    f"-c idle_in_transaction_session_timeout="
+                    f"{self.options['idle_in_transaction_session_timeout']} "
+                    "-c synchronous_commit=on")
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True, connect_timeout=10, options=settings)
+        except psycopg.Error as exc:
+            raise BackendUnavailable(f"{self.url}: PostgreSQL is not reachable: {exc}",
+                                     url=self.url, landed=False) from exc
+        self._all.append(conn)
+        return conn
+
+    async def start(self) -> None:
+        conn = await self._connect()
+        try:
+            async with conn.transaction():
+                # Several processes may start at once: CREATE ... IF NOT EXISTS can still race.
+                await conn.execute("SELECT pg_advisory_xact_lock(7265726)")
+                await conn.execute(POSTGRES.schema)
+        except psycopg.Error as exc:
+            await self.close()
+            raise BackendUnavailable(f"{self.url}: cannot create the ledger tables: {exc}",
+                                     url=self.url) from exc
+        self._idle = asyncio.Queue()
+        self._idle.put_nowait(conn)
+        for _ in range(self.options["pool"] - 1):
+            self._idle.put_nowait(None)  # opened on first use
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection of the pool; a broken one is replaced on the next checkout."""
+        if self._idle is None:
+            raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
+        conn = await self._idle.get()
+        try:
+            if conn is None or conn.closed or conn.broken:
+                if conn is not None and conn in self._all:
+                    self._all.remove(conn)
+                conn = None
+                conn = await self._connect()
+            yield conn
+        finally:
+            self._idle.put_nowait(conn)
+
+    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        async with self._conn() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()
+
+    async def _write(self, req: Write) -> bool:
+        """One statement, so one round trip and no transaction left open between statements."""
+        assert req.single is not None
+        deadline = time.monotonic() + self.options["timeout"] / 1000
+        while True:
+            try:
+                async with self._conn() as conn:
+                    if self.before_write is not None:
+                        await self.before_write(conn)
+                    cur = await conn.execute(*req.single)
+                    row = await cur.fetchone()
+                return row is not None and int(row[0]) == 1
+            except _RETRY as exc:
+                # The server rolled the statement back: nothing was written, try again.
+                if time.monotonic() > deadline:
+                    raise BackendUnavailable(
+                        f"{self.url}: the work stayed locked by another session for over "
+                        f"{self.options['timeout']} ms; nothing was written",
+                        url=self.url, landed=False) from exc
+                self.busy_retries += 1
+                await asyncio.sleep(0.001)
+
+    async def drive(self, flow: Generator[Read | Write | Landed, Any, Any]) -> Any:
+        answer: Any = None
+        throw: BaseException | None = None
+        while True:
+            try:
+                req = flow.send(answer) if throw is None else flow.throw(throw)
+            except StopIteration as stop:
+                return stop.value
+            answer, throw = None, None
+            try:
+                if isinstance(req, Write):
+                    try:
+                        answer = await self._write(req)
+                    except (psycopg.Error, BackendUnavailable) as exc:
+                        throw = WriteFailed(exc)
+                elif isinstance(req, Landed):
+                    try:
+                        answer = await self._query(req.sql, req.params)
+                    except (psycopg.Error, BackendUnavailable) as exc:
+                        throw = WriteFailed(exc)
+                else:
+                    answer = await self._query(req.sql, req.params)
+            except psycopg.Error as exc:
+                flow.close()
+                raise BackendUnavailable(f"{self.url}: {exc}; nothing was written", url=self.url,
+                                         landed=False) from exc
+
+    async def execute(self, work_id: str, command: Command) -> Outcome:
+        return await self.drive(command_flow(self.store, work_id, command))  # type: ignore[no-any-return]
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return await self.drive(load_flow(self.store, work_id))  # type: ignore[no-any-return]
+
+    async def works(self) -> list[str]:
+        try:
+            rows = await self._query(self.store.works_sql(), ())
+        except psycopg.Error as exc:
+            raise BackendUnavailable(f"{self.url}: {exc}", url=self.url) from exc
+        return [str(r[0]) for r in rows]
+
+    async def close(self) -> None:
+        conns, self._all, self._idle = self._all, [], None
+        for conn in conns:
+            await conn.close()
+
+
+class PostgresBackend(Backend):
+    """``postgresql://``: durable, many processes and machines, a paused holder cut off."""
+
+    capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.ledger = PostgresLedger(url)
+
+    async def start(self) -> None:
+        await self.ledger.start()
+
+    async def execute(self, work_id: str, command: Command) -> Outcome:
+        return await self.ledger.execute(work_id, command)
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return await self.ledger.load(work_id)
+
+    async def works(self) -> list[str]:
+        return await self.ledger.works()
+
+    @property
+    def busy_retries(self) -> int:
+        return self.ledger.busy_retries
+
+    async def close(self) -> None:
+        await self.ledger.close()

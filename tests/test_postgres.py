@@ -1,0 +1,234 @@
+"""``postgresql://``: the same store on a real server, which cuts off a paused holder.
+
+The server is this project's own throwaway cluster (``initdb`` in a temp dir, a free loopback
+port, stopped by its PID): see :mod:`outlive._pgserver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import outlive
+from outlive import Controller, Part, Worker
+from outlive import ledger as L
+from outlive._pgserver import PostgresServer
+from outlive_conformance.contract import BackendContractSuite, DurableBackendContract
+from outlive_conformance.scenario import q3_report
+from outlive_conformance.suite import ConformanceSuite
+from outlive_conformance.sweep import check_claims, sweep
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL started by this project (initdb in a temp dir, free loopback port)."""
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _db(server: PostgresServer, prefix: str) -> str:
+    return server.create_database(f"{prefix}_{uuid.uuid4().hex[:8]}")
+
+
+class TestPostgresConformance(ConformanceSuite):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend_url(cls, pg_server: PostgresServer) -> str:
+        return _db(pg_server, "conf")
+
+
+class TestPostgresContract(BackendContractSuite, DurableBackendContract):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend_url(cls, pg_server: PostgresServer) -> str:
+        return _db(pg_server, "contract")
+
+
+@pytest.mark.sweep
+async def test_sweep_reproduces_the_seeds_claims_on_postgres(pg_server: PostgresServer) -> None:
+    backend = await outlive.open_backend(_db(pg_server, "sweep") + "?pool=8")
+    try:
+        result = await sweep(backend, q3_report(), concurrency=8)
+    finally:
+        await backend.close()
+    assert len(result.runs) == 864 and all(r.finished for r in result.runs.values())
+    failed = [f"{c.name}: {c.detail}" for c in check_claims(result) if not c.holds]
+    assert not failed, failed
+    ref = await sweep(await outlive.open_backend("memory://"), q3_report(), concurrency=8)
+    differ = [k for k in result.runs if result.runs[k].comparable() != ref.runs[k].comparable()]
+    assert not differ, differ[:3]
+
+
+async def _busy_work(url: str, work_id: str = "busy") -> outlive.Backend:
+    b = await outlive.open_backend(url)
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work(work_id)
+    await ctl.publish(work_id, "v1", {"s1": "x"})
+    await ctl.admit(work_id)
+    return b
+
+
+async def _other_works_commit(b: outlive.Backend, n: int) -> None:
+    for i in range(n):
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work(f"other-{i}")
+        await ctl.publish(f"other-{i}", "v1", {"s1": "x"})
+        att = await ctl.admit(f"other-{i}")
+        await b.execute(f"other-{i}", L.Heartbeat(attempt=att.number, token=att.token, at=1))
+
+
+# A worker process that holds a transaction on its work's row when it is paused. outlive's own
+# writes are single statements (no transaction stays open between two of them), so the pause is
+# taken inside a transaction the process opened itself on the backend's own session, with the
+# backend's settings, as an application or a checkpointer sharing the database would.
+PAUSED_IN_TRANSACTION = textwrap.dedent("""
+    import asyncio, os, signal, sys
+    import outlive
+    async def main():
+        b = await outlive.open_backend(sys.argv[1])
+        async with b.ledger._conn() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT seq FROM outlive_works WHERE work_id = 'busy' FOR UPDATE")
+            print("paused", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)   # the whole process stops here, for real
+            try:
+                await conn.execute("COMMIT")
+                print("committed", flush=True)
+            except Exception as exc:
+                print("cut off:", type(exc).__name__, flush=True)
+        await b.close()
+    asyncio.run(main())
+""")
+
+
+async def test_a_worker_paused_mid_transaction_is_cut_off_and_others_keep_committing(
+        pg_server: PostgresServer) -> None:
+    url = _db(pg_server, "pause")
+    b = await _busy_work(url + "?lock_timeout=200")
+    child_url = url + "?idle_in_transaction_session_timeout=1000"
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_IN_TRANSACTION, child_url],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "paused"
+        # Other works: their rows are not locked, they commit at once.
+        await _other_works_commit(b, 5)
+        # The paused session's own work: the write waits on the row lock (lock_timeout, retried)
+        # until the server ends the paused session (idle_in_transaction_session_timeout).
+        await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+        assert isinstance(b, outlive._postgres.PostgresBackend)  # type: ignore[attr-defined]
+        assert b.busy_retries >= 1
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.stdout.readline().startswith("cut off:")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    st = await b.load("busy")
+    await b.close()
+    assert st is not None and st.attempts[0].state.value == "unknown"
+
+
+async def test_connection_killed_mid_commit_is_backend_unavailable_resolved_by_reading_back(
+        pg_server: PostgresServer) -> None:
+    """pg_terminate_backend while the write's commit runs: never InvalidRecord, and read back."""
+    url = _db(pg_server, "kill")
+    b = await _busy_work(url)
+    admin = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        # A deferred trigger makes the commit itself slow, so the kill lands inside it.
+        await admin.execute(
+            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$")
+        await admin.execute(
+            "CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON outlive_works "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()")
+        before = await b.load("busy")
+        assert before is not None
+        task = asyncio.create_task(b.execute("busy", L.Heartbeat(attempt=1, token=1, at=5)))
+        pid = None
+        while pid is None:
+            await asyncio.sleep(0.05)
+            row = await (await admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                "AND query LIKE '%outlive_works%'")).fetchone()
+            pid = row[0] if row else None
+        await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(outlive.BackendUnavailable) as info:
+            await task
+        assert not isinstance(info.value, outlive.InvalidRecord)
+        assert info.value.details["landed"] is False
+        await admin.execute("DROP TRIGGER slow_commit ON outlive_works")
+        assert await b.load("busy") == before
+        # The backend replaced the dead connection: the same command now lands once.
+        assert (await b.execute("busy", L.Heartbeat(attempt=1, token=1, at=5))).kind == "beat"
+        st = await b.load("busy")
+        assert st is not None and st.attempts[0].heartbeats == before.attempts[0].heartbeats + 1
+    finally:
+        await admin.close()
+        await b.close()
+
+
+async def test_a_heartbeat_writes_the_same_wal_bytes_whatever_the_candidates(
+        pg_server: PostgresServer) -> None:
+    """Measured in the server's own WAL (pg_current_wal_lsn), not in time."""
+
+    async def wal_bytes(candidates: int, size: int) -> int:
+        url = _db(pg_server, "bytes")
+        b = await outlive.open_backend(url)
+        admin = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        try:
+            ctl = Controller(b, clock=lambda: 0)
+            await ctl.open_work("w")
+            await ctl.publish("w", "v1", {"s1": "x"})
+            att = await ctl.admit("w")
+            w = Worker(b, att, {"s1": "x"}, clock=lambda: 1)
+            await w.start()
+            await w.step("s1", lambda s1: {"r": s1}, s1="x")
+            st = await b.load("w")
+            assert st is not None
+            e = st.journal[0]
+            part = Part(step="s1", input_key=e.input_key, sources=e.sources, result_id=e.result_id)
+            for i in range(candidates):
+                content = {"text": f"{i}" + "c" * size}
+                await b.execute("w", L.SubmitCandidate(
+                    attempt=att.number, token=att.token, parts=(part,), content=content, at=2,
+                    digest=L.candidate_digest("w", "v1", (part,), content)))
+            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=3))
+            await admin.execute("CHECKPOINT")  # full-page images after a checkpoint: same for both
+            lsn: Any = await (await admin.execute("SELECT pg_current_wal_lsn()")).fetchone()
+            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=4))
+            n: Any = await (await admin.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn[0],))).fetchone()
+            return int(n[0])
+        finally:
+            await admin.close()
+            await b.close()
+
+    small = await wal_bytes(1, 10)
+    large = await wal_bytes(6, 200_000)
+    # Same order of bytes, and far below one candidate (200 kB): candidates are not rewritten.
+    assert large < 3 * small + 8192 and large < 50_000, (small, large)
+
+
+async def test_bad_urls_and_an_unreachable_server_are_typed_errors() -> None:
+    with pytest.raises(outlive.BackendUnavailable):
+        await outlive.open_backend("postgresql://outlive@127.0.0.1:9/nope")
+    with pytest.raises(outlive.ConfigError):
+        await outlive.open_backend("postgresql://")
+    with pytest.raises(outlive.ConfigError):
+        await outlive.open_backend("postgresql://u@127.0.0.1:9/db?lock_timeot=5")
