@@ -59,6 +59,10 @@ def _point(ctx: AttemptContext, name: str) -> None:
     if crash["attempt"] != ctx.attempt.number or crash["point"] != name:
         return
     (run_dir() / f"hit-{ctx.attempt.number}").write_text(f"{name} {time.time()}")
+    # sqlite:// writes on a thread of its own: let a lease renewal in flight finish, or the pause
+    # would land inside that write and keep the file's write lock (what an embedded file cannot
+    # fence; the point under test is the boundary, not that).
+    getattr(ctx.worker.backend, "quiesce", lambda: None)()
     os.kill(os.getpid(), getattr(signal, f"SIG{crash['signal']}"))
 
 

@@ -114,6 +114,17 @@ class SqliteBackend(Backend):
     async def works(self) -> list[str]:
         return await self._call(self.ledger.works)
 
+    def quiesce(self) -> None:
+        """Block until the SQLite call in flight on this backend's thread, if any, has finished.
+
+        For tests that pause their own process at a chosen point (``SIGSTOP``): a write of a
+        concurrent task (a lease renewal) may be running on the backend's thread at that moment,
+        and a process paused inside its write keeps the file's write lock. Call this first so
+        the pause lands where the test means it to.
+        """
+        if self._thread is not None:
+            self._thread.submit(lambda: None).result()
+
     @property
     def busy_retries(self) -> int:
         """Times a write waited because another process held the write lock."""

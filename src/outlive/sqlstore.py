@@ -36,11 +36,12 @@ from urllib.parse import urlsplit
 
 from . import codec
 from .errors import BackendUnavailable, ConfigError, InvalidRecord
-from .ledger import Command, Outcome, apply, changed
-from .records import WorkState
+from .ledger import Command, Outcome, apply, changed, reads
+from .records import JournalEntry, WorkState
 
 __all__ = [
     "COLLECTIONS",
+    "CachedWork",
     "POSTGRES",
     "SCHEMA",
     "SQLITE",
@@ -179,13 +180,48 @@ Request = Read | Write | Landed
 
 
 # -- the store --------------------------------------------------------------------------------
+@dataclass
+class CachedWork:
+    """One work as this process last saw it: the journal kept apart, indexed by result id.
+
+    A command is applied to a *view* of the work holding only the journal entries it reads
+    (:func:`outlive.ledger.reads`), so neither applying nor writing costs more as the journal
+    grows; the whole state is put together only when someone loads it. The journal list is
+    shared by every cached version of the work and only ever grows at its true positions (an
+    entry is immutable once written), so a version is its first ``length`` entries.
+    """
+
+    state: WorkState                 # everything but the journal (its ``journal`` is empty)
+    journal: list[JournalEntry]
+    index: dict[str, int]            # result id -> position in ``journal``
+    length: int
+
+    def view(self, command: Command) -> WorkState:
+        wanted = reads(self.state, command)
+        found = sorted(i for r in wanted if (i := self.index.get(r, self.length)) < self.length)
+        return replace(self.state, journal=tuple(self.journal[i] for i in found))
+
+    def whole(self) -> WorkState:
+        return replace(self.state, journal=tuple(self.journal[:self.length]))
+
+    def put(self, position: int, entry: JournalEntry) -> bool:
+        """Record the journal's entry at ``position``; False if that leaves a gap."""
+        if position < len(self.journal):
+            return True  # already known: entries never change once written
+        if position > len(self.journal):
+            return False
+        self.journal.append(entry)
+        self.index[entry.result_id] = position
+        return True
+
+
 class SqlLedgerStore:
-    """Encodes and decodes works as head + rows; caches each state until another writer moves it."""
+    """Encodes and decodes works as head + rows; caches each work until another writer moves it."""
 
     def __init__(self, dialect: Dialect, where: str) -> None:
         self.dialect = dialect
         self.where = where  # a path or URL, for messages
-        self._cache: dict[str, WorkState] = {}
+        self._cache: dict[str, CachedWork] = {}
         #: Bytes the last committed write sent (head plus changed rows); benchmarks report it.
         self.last_write_bytes = 0
         #: Writes that lost the compare-and-set to another writer and were re-applied.
@@ -194,22 +230,23 @@ class SqlLedgerStore:
     # -- read ------------------------------------------------------------------------------------
     def read_request(self, work_id: str, *, full: bool = False) -> Read:
         cached = None if full else self._cache.get(work_id)
-        since = cached.seq if cached is not None else -1
+        since = cached.state.seq if cached is not None else -1
         return Read(self.dialect.sql(_READ), (work_id, work_id, since))
 
     def decode(self, work_id: str, rows: list[tuple[Any, ...]], *,
-               full: bool = False) -> tuple[bool, WorkState | None]:
-        """``(ok, state)``; ``ok`` False means the cache could not be brought forward: read all."""
+               full: bool = False) -> tuple[bool, CachedWork | None]:
+        """``(ok, work)``; ``ok`` False means the cache could not be brought forward: read all."""
         if not rows or rows[0][0] != "":
             if rows:
                 raise self._corrupt(work_id)
             self._cache.pop(work_id, None)
             return True, None
         seq = int(rows[0][1])
-        cached = None if full else self._cache.get(work_id)
-        if cached is not None and seq == cached.seq and len(rows) == 1:
+        cached = None if full else self._cache.pop(work_id, None)
+        if cached is not None and seq == cached.state.seq and len(rows) == 1:
+            self._cache[work_id] = cached
             return True, cached
-        if cached is not None and seq < cached.seq:
+        if cached is not None and seq < cached.state.seq:
             return False, None
         try:
             doc = codec.loads(rows[0][2])
@@ -219,44 +256,67 @@ class SqlLedgerStore:
             raise self._corrupt(work_id) from exc
         if not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq:
             raise self._corrupt(work_id)
-        lists = {k: list(getattr(cached, k)) if cached is not None else [] for k in COLLECTIONS}
+        # The cache was taken out above: if anything below fails, it is simply gone.
+        work = CachedWork(state=head, journal=cached.journal if cached is not None else [],
+                          index=cached.index if cached is not None else {},
+                          length=counts.get("journal", -1) if isinstance(counts, dict) else -1)
+        lists: dict[str, list[Any]] = {
+            k: list(getattr(cached.state, k)) if cached is not None else []
+            for k in COLLECTIONS if k != "journal"}
         for kind, idx, body in rows[1:]:
+            item = codec.loads(body)
+            if kind == "journal":
+                if not isinstance(item, JournalEntry):
+                    raise self._corrupt(work_id)
+                if not work.put(idx, item):
+                    if full:
+                        raise self._corrupt(work_id)
+                    return False, None  # a gap: the cache is older than rows we skipped
+                continue
             items = lists.get(kind)
             if items is None:
                 raise self._corrupt(work_id)
+            if idx > len(items):
+                if full:
+                    raise self._corrupt(work_id)
+                return False, None
             if idx < len(items):
-                items[idx] = codec.loads(body)
-            elif idx == len(items):
-                items.append(codec.loads(body))
-            elif full:
-                raise self._corrupt(work_id)
+                items[idx] = item
             else:
-                return False, None  # a gap: the cache is older than rows we skipped
-        if any(len(lists[k]) != counts.get(k) for k in COLLECTIONS):
+                items.append(item)
+        if (any(len(lists[k]) != counts.get(k) for k in lists)
+                or not 0 <= work.length <= len(work.journal)):
             if full:
                 raise self._corrupt(work_id)
             return False, None
         fields: dict[str, Any] = {k: tuple(v) for k, v in lists.items()}
-        state = replace(head, **fields)
-        self._cache[work_id] = state
-        return True, state
+        work.state = replace(head, journal=(), **fields)
+        self._cache[work_id] = work
+        return True, work
 
     def _corrupt(self, work_id: str) -> InvalidRecord:
+        self._cache.pop(work_id, None)
         return InvalidRecord(f"{self.where}: the ledger rows of {work_id!r} are corrupt",
                              work_id=work_id)
 
     # -- write -----------------------------------------------------------------------------------
-    def write_request(self, work_id: str, old: WorkState | None, new: WorkState,
-                      write_id: str) -> Write:
-        """The head (compare-and-set on the old ``seq``) and only the rows that changed."""
+    def write_request(self, work_id: str, old: CachedWork | None, view: WorkState | None,
+                      new: WorkState, write_id: str) -> Write:
+        """The head (compare-and-set on the old ``seq``) and only the rows that changed.
+
+        ``view`` is what the ledger was given (``old`` with only the journal entries it reads),
+        ``new`` what it returned: the journal rows written are the entries ``new`` appended.
+        """
         rows: list[tuple[Any, ...]] = []
         size = 0
         for kind in COLLECTIONS:
-            before: tuple[Any, ...] = getattr(old, kind) if old is not None else ()
+            before: tuple[Any, ...] = getattr(view, kind) if view is not None else ()
             after: tuple[Any, ...] = getattr(new, kind)
+            base = 0
+            if kind == "journal":  # the view held some entries; new ones go after the whole
+                base = (old.length if old is not None else 0) - len(before)
             if kind in _APPEND_ONLY and len(after) >= len(before):
-                if before and after[len(before) - 1] is not before[-1] \
-                        and after[len(before) - 1] != before[-1]:
+                if any(a is not b and a != b for a, b in zip(before, after, strict=False)):
                     raise InvalidRecord(f"{kind} is append-only")  # pragma: no cover - ledger bug
                 start = len(before)
             else:
@@ -267,17 +327,19 @@ class SqlLedgerStore:
                     continue
                 body = codec.dumps(item)
                 size += len(body)
-                rows.append((work_id, kind, i, new.seq, body))
+                rows.append((work_id, kind, base + i, new.seq, body))
+        counts = {k: len(getattr(new, k)) for k in COLLECTIONS}
+        counts["journal"] += (old.length if old is not None else 0) - (
+            len(view.journal) if view is not None else 0)
         empty: dict[str, Any] = {k: () for k in COLLECTIONS}
-        head = codec.dumps({"head": replace(new, **empty),
-                            "counts": {k: len(getattr(new, k)) for k in COLLECTIONS}})
+        head = codec.dumps({"head": replace(new, **empty), "counts": counts})
         size += len(head)
         cas: tuple[str, tuple[Any, ...]]
         if old is None:
             cas = (self.dialect.sql(_INSERT_HEAD), (work_id, new.seq, new.epoch, write_id, head))
         else:
             cas = (self.dialect.sql(_UPDATE_HEAD),
-                   (new.seq, new.epoch, write_id, head, work_id, old.seq))
+                   (new.seq, new.epoch, write_id, head, work_id, old.state.seq))
         single = None
         if self.dialect.name == "postgresql":
             single = (_PG_WRITE.format(head=cas[0]), (*cas[1], new.seq,
@@ -292,38 +354,53 @@ class SqlLedgerStore:
     def works_sql(self) -> str:
         return _WORKS
 
-    def remember(self, state: WorkState) -> None:
-        self._cache[state.work_id] = state
+    def remember(self, old: CachedWork | None, view: WorkState | None, new: WorkState) -> None:
+        """After a committed write: the cache moves forward without re-reading."""
+        added = new.journal[len(view.journal) if view is not None else 0:]
+        work = CachedWork(state=replace(new, journal=()),
+                          journal=old.journal if old is not None else [],
+                          index=old.index if old is not None else {},
+                          length=(old.length if old is not None else 0) + len(added))
+        for i, entry in enumerate(added):
+            if not work.put(work.length - len(added) + i, entry):
+                self._cache.pop(new.work_id, None)
+                return
+        self._cache[new.work_id] = work
 
     def forget(self, work_id: str) -> None:
         self._cache.pop(work_id, None)
 
 
+def _load(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, CachedWork | None]:
+    ok, work = store.decode(work_id, (yield store.read_request(work_id)))
+    if not ok:
+        _, work = store.decode(work_id, (yield store.read_request(work_id, full=True)), full=True)
+    return work
+
+
 def load_flow(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, WorkState | None]:
     """Read one work (the cache brought forward, or a full read when it cannot be)."""
-    ok, state = store.decode(work_id, (yield store.read_request(work_id)))
-    if not ok:
-        _, state = store.decode(work_id, (yield store.read_request(work_id, full=True)), full=True)
-    return state
+    work = yield from _load(store, work_id)
+    return work.whole() if work is not None else None
 
 
 def command_flow(store: SqlLedgerStore, work_id: str,
                  command: Command) -> Generator[Request, Any, Outcome]:
     """Read, apply and encode outside any lock; write with a compare-and-set; retry on conflict."""
     while True:
-        state = yield from load_flow(store, work_id)
-        new, outcome = apply(state, command, work_id=work_id)
-        if not changed(state, new):
+        work = yield from _load(store, work_id)
+        view = work.view(command) if work is not None else None
+        new, outcome = apply(view, command, work_id=work_id)
+        if not changed(view, new):
             return outcome
         write_id = uuid.uuid4().hex
-        request = store.write_request(work_id, state, new, write_id)
+        request = store.write_request(work_id, work, view, new, write_id)
         try:
             committed = yield request
         except WriteFailed as failed:
             store.forget(work_id)
             landed = yield from _read_back(store, work_id, new, write_id, failed)
             if landed:
-                store.remember(new)
                 store.last_write_bytes = request.size
                 return outcome
             raise BackendUnavailable(
@@ -331,7 +408,7 @@ def command_flow(store: SqlLedgerStore, work_id: str,
                 f"({failed.cause}); read back: it did not land, nothing was written",
                 work_id=work_id, landed=False) from failed.cause
         if committed:
-            store.remember(new)
+            store.remember(work, view, new)
             store.last_write_bytes = request.size
             return outcome
         store.forget(work_id)
