@@ -94,7 +94,7 @@ class ScenarioSource:
 
 @dataclass
 class Explorer:
-    """The explorer's state: the scenarios and backends on offer, and the sweeps computed so far."""
+    """What the explorer offers: the scenarios, the backends beside memory://, a time limit."""
 
     scenarios: Sequence[ScenarioSource]
     backends: Sequence[str] = ()
@@ -171,15 +171,16 @@ class Explorer:
             raise ExploreError("ConfigError", f"backend {backend!r} is not configured; start the "
                                "explorer with --backend URL to offer it")
         swept, main = self._sweep(text, scenario)
-        runs = [self._one(scenario, sw, "memory://")]
-        if backend != "memory://":
-            runs.append(self._one(scenario, sw, backend))
+        this, mem = self._one(scenario, sw, "memory://")
+        runs = [mem]
         agreement = None
-        if len(runs) == 2 and runs[1]["ok"]:
-            agreement = _agreement(runs[0]["comparable"], runs[1]["comparable"])
-        for r in runs:
-            r.pop("comparable", None)
-        this = swept.by_switches(sw)
+        if backend != "memory://":
+            other, answer = self._one(scenario, sw, backend)
+            runs.append(answer)
+            if this is not None and other is not None:
+                agreement = _agreement(this.comparable(), other.comparable())
+        if this is None:     # memory:// itself failed: a bug, but still an answer for the page
+            raise ExploreError(mem["error"]["type"], mem["error"]["message"])
         return {
             "scenario": scenario.name,
             "switches": sw.as_dict(),
@@ -191,7 +192,7 @@ class Explorer:
                               "same": getattr(this, name) == getattr(main, name)}
                              for name, label in _MEASURES],
             "invariants": this.invariants,
-            "necessity": _necessity(swept, sw),
+            "necessity": _necessity(swept, sw, this),
             "neighbours": _neighbours(swept, sw),
         }
 
@@ -208,7 +209,10 @@ class Explorer:
                 _SWEEPS[key] = asyncio.run(both())
             return _SWEEPS[key]
 
-    def _one(self, scenario: Scenario, sw: Switches, url: str) -> dict[str, Any]:
+    def _one(self, scenario: Scenario, sw: Switches, url: str
+             ) -> tuple[RunSummary | None, dict[str, Any]]:
+        """One run on ``url`` under a fresh work id: its summary (None if it failed) and what
+        the page shows of it."""
         async def go() -> RunSummary:
             backend = await open_backend(url)
             try:
@@ -220,22 +224,21 @@ class Explorer:
         try:
             s = asyncio.run(asyncio.wait_for(go(), self.timeout))
         except OutliveError as exc:
-            return {"backend": url, "ok": False,
-                    "error": {"type": type(exc).__name__, "message": exc.message}}
+            return None, {"backend": url, "ok": False,
+                          "error": {"type": type(exc).__name__, "message": exc.message}}
         except TimeoutError:
-            return {"backend": url, "ok": False, "error": {
+            return None, {"backend": url, "ok": False, "error": {
                 "type": "Timeout", "message": f"no answer from {url} within {self.timeout:.0f} s"}}
         except Exception as exc:   # an engine's own error: shown on the page, never a blank page
-            return {"backend": url, "ok": False,
-                    "error": {"type": type(exc).__name__, "message": str(exc) or repr(exc)}}
-        return {
+            return None, {"backend": url, "ok": False,
+                          "error": {"type": type(exc).__name__, "message": str(exc) or repr(exc)}}
+        return s, {
             "backend": url, "ok": True, "clean": s.clean, "broken": list(s.broken),
             "svg": render_timeline(s, scenario, backend=url),
             "trace": [{"tick": e.tick, "kind": e.kind, "lane": e.lane, "mark": e.mark,
                        "text": e.text} for e in s.trace],
             "outcome": {name: getattr(s, name) for name, _ in _MEASURES},
             "invariants": s.invariants,
-            "comparable": s.comparable(),
         }
 
 
@@ -245,12 +248,11 @@ def _agreement(mem: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, An
     return {"identical": not diffs, "differences": diffs[:8]}
 
 
-def _necessity(swept: SweepResult, sw: Switches) -> dict[str, Any]:
+def _necessity(swept: SweepResult, sw: Switches, this: RunSummary) -> dict[str, Any]:
     """The sweep's necessity table (one protection removed at a time), and this run's row."""
     claims = check_claims(swept)
     judged = {c.name.removesuffix("-needed"): c for c in claims if not c.must}
     removed = [name for name, switch, on in PROTECTIONS if getattr(sw, switch) != on]
-    this = swept.by_switches(sw)
     rows = []
     for n in necessity(swept):
         here = removed == [n.protection]

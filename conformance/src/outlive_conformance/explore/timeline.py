@@ -274,7 +274,7 @@ def _lifelines(summary: RunSummary) -> dict[str, list[tuple[int, int, str]]]:
     for lane, t0 in start.items():
         t1 = ended.get(lane, summary.ended_at)
         segs = [(t0, t1, "live")]
-        held = [s for s in out.get(lane, [])]
+        held = list(out.get(lane, []))
         if lane in silent_from:        # silent until the end (never woke within the run)
             held.append((silent_from[lane], t1, "silent"))
         out[lane] = segs + held + [(t1, t1, end_why.get(lane, "end"))]
