@@ -10,3 +10,8 @@ engine-browser:
 	  && echo "browser for the explorer test: $$(chromium --version 2>/dev/null)" \
 	  || { echo "installing chromium and chromium-driver (Debian packages) for the explorer's browser test"; \
 	       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+# The page itself, for a person: http://127.0.0.1:8765/ (Ctrl-C stops it).
+.PHONY: explore
+explore: install
+	$(VENV)/bin/outlive explore
