@@ -175,3 +175,28 @@ async def test_a_restarted_supervisor_carries_on(backend: outlive.Backend) -> No
     done = await asyncio.wait_for(second.run(), 20)
     assert [a.token for a in done.attempts] == [1, 2]   # the epoch is never reused
     await second.dispatcher.close()
+
+
+async def test_a_successor_that_rebuilds_the_same_digest_owns_its_candidate(
+        backend: outlive.Backend) -> None:
+    """#1 submits and dies before judgement; #2 restores every part, so its digest is the same.
+    The ledger records #2's candidate as #2's, so it can be accepted (#1's never can)."""
+    ctl = outlive.Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    first = outlive.Worker(backend, await ctl.admit("w"), V1, clock=lambda: 0)
+    await first.start()
+    for name in V1:
+        await first.step(name, lambda **p: next(iter(p.values()))[:5], **{name: V1[name]})
+    cand1 = await first.candidate({"sections": {n: first.result(n) for n in V1}})
+    await backend.execute("w", L.MarkUnknown(attempt=1, at=0))
+    second = outlive.Worker(backend, await ctl.admit("w"), V1, clock=lambda: 0)
+    await second.start()
+    for name in V1:
+        await second.step(name, lambda **p: "never called", **{name: V1[name]})
+    cand2 = await second.candidate({"sections": {n: second.result(n) for n in V1}})
+    assert cand2.digest == cand1.digest and (cand1.attempt, cand2.attempt) == (1, 2)
+    acc = await ctl.assess("w", cand2.digest, CONTRACT, lambda c, v: (True, "ok"))
+    assert acc.attempt == 2 and acc.version == "v1"
+    again = await second.candidate({"sections": {n: second.result(n) for n in V1}})
+    assert again.seq == cand2.seq          # a retry by the same attempt is still one record

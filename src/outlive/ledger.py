@@ -555,8 +555,11 @@ def _submit(state: WorkState, cmd: SubmitCandidate) -> tuple[WorkState, Outcome]
             raise E.InvalidRecord(f"part {p.step!r} names a result that is not journaled",
                                   field="parts", step=p.step)
     existing = state.candidate(cmd.digest)
-    if existing is not None:
+    if existing is not None and (existing.attempt == att.number or stale
+                                 or any(a.digest == cmd.digest for a in state.acceptances)):
         return state, Outcome(kind="exists", record=existing, seq=state.seq)
+    # A successor that rebuilt the same digest (every part restored) submits it as its own: the
+    # predecessor's record carries a replaced token and could never be accepted.
     seq += 1
     parts = cmd.parts if state.policy.pins else tuple(
         replace(p, input_key=None, sources={}) for p in cmd.parts)
