@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import codec
-from .errors import BackendUnavailable, ConfigError, InvalidRecord
+from .errors import BackendUnavailable, ConfigError, InvalidRecord, OutliveError
 from .ledger import Command, Outcome, apply, changed, reads
 from .records import JournalEntry, WorkState
 
@@ -367,6 +367,9 @@ class SqlLedgerStore:
                 return
         self._cache[new.work_id] = work
 
+    def cached(self, work_id: str) -> CachedWork | None:
+        return self._cache.get(work_id)
+
     def forget(self, work_id: str) -> None:
         self._cache.pop(work_id, None)
 
@@ -386,13 +389,32 @@ def load_flow(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, Wo
 
 def command_flow(store: SqlLedgerStore, work_id: str,
                  command: Command) -> Generator[Request, Any, Outcome]:
-    """Read, apply and encode outside any lock; write with a compare-and-set; retry on conflict."""
+    """Read, apply and encode outside any lock; write with a compare-and-set; retry on conflict.
+
+    When this process has the work cached, the command is first applied to the cache and
+    written at once: the compare-and-set on the cached ``seq`` proves the cache was current, so
+    the usual case (one process writing its own work) costs one round trip, not two. A rejection
+    or a no-op answered from the cache is never trusted: the work is read and applied again.
+    """
+    optimistic = store.cached(work_id)
+    work: CachedWork | None
+    view: WorkState | None
     while True:
-        work = yield from _load(store, work_id)
-        view = work.view(command) if work is not None else None
-        new, outcome = apply(view, command, work_id=work_id)
-        if not changed(view, new):
-            return outcome
+        if optimistic is not None:
+            work, optimistic = optimistic, None
+            view = work.view(command)
+            try:
+                new, outcome = apply(view, command, work_id=work_id)
+            except OutliveError:
+                continue  # decided on a possibly stale copy: decide again on the stored state
+            if not changed(view, new):
+                continue
+        else:
+            work = yield from _load(store, work_id)
+            view = work.view(command) if work is not None else None
+            new, outcome = apply(view, command, work_id=work_id)
+            if not changed(view, new):
+                return outcome
         write_id = uuid.uuid4().hex
         request = store.write_request(work_id, work, view, new, write_id)
         try:
@@ -590,9 +612,10 @@ class SqliteLedgerStore:
                     return out
                 if isinstance(req, Write):
                     if conn.execute(*req.cas).rowcount != 1:
-                        raise BackendUnavailable(
-                            f"{work_id}: a concurrent ledger write won the race; retry",
-                            work_id=work_id, landed=False)
+                        # Applied to a stale cache: nothing was written; the flow reads again,
+                        # now inside the caller's transaction.
+                        answer = False
+                        continue
                     if req.rows:
                         conn.executemany(req.rows_sql, req.rows)
                     commit()
