@@ -185,3 +185,10 @@ def supervise_main() -> None:
 def cli_definition() -> outlive.WorkDefinition:
     """For ``outlive supervise supervised_q3:cli_definition``."""
     return definition(lease=outlive.Lease(heartbeat_interval=500, missed_beats=4))
+
+
+async def hang(ctx: AttemptContext) -> None:
+    """Works forever (renewing its lease) until it is stopped."""
+    import asyncio
+
+    await asyncio.Event().wait()

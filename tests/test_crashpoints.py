@@ -67,7 +67,7 @@ async def _until(pred: Any, timeout: float, what: str) -> None:
 
 
 async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, *,
-                    warm: bool = False) -> dict[str, Any]:
+                    warm: bool = False, stop_signal: signal.Signals | None = None) -> dict[str, Any]:
     """One run of the matrix; returns what the checks need."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "versions.json").write_text(json.dumps({"v1": q3.V1, "v2": q3.V2}))
@@ -75,7 +75,8 @@ async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, 
     backend = await outlive.open_backend(url)
     env = {"OUTLIVE_RUN_DIR": str(folder),
            "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path[1:]])}
-    dispatcher = SubprocessDispatcher(env=env, log_dir=folder / "logs", stop_signal=None, warm=warm)
+    dispatcher = SubprocessDispatcher(env=env, log_dir=folder / "logs", stop_signal=stop_signal,
+                                      warm=warm)
     definition = q3.definition(lease=LEASE, max_attempts=4)
     sup = Supervisor(backend, definition, dispatcher)
     work = definition.work_id
@@ -173,3 +174,32 @@ async def test_warm_spare_processes_take_over_the_same_way(tmp_path: Path) -> No
     out = await crash_run(_url("sqlite", tmp_path), tmp_path, "after-send", "KILL", True, warm=True)
     check_run(out, "KILL", True)
     assert "(token 2, pid" in out["logs"][2]
+
+
+async def test_stop_sends_sigterm_and_the_worker_process_stops(tmp_path: Path) -> None:
+    """The dispatcher's stop for a replaced attempt: SIGTERM, and the worker stops at once (exit
+    143, saying so in its own log) instead of working on without write authority."""
+    (tmp_path / "versions.json").write_text(json.dumps({"v1": q3.V1}))
+    backend = await outlive.open_backend(_url("sqlite", tmp_path))
+    env = {"OUTLIVE_RUN_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path[1:]])}
+    dispatcher = SubprocessDispatcher(env=env, log_dir=tmp_path / "logs")
+    definition = outlive.WorkDefinition(work_id="w", attempt="supervised_q3:hang",
+                                        contract=q3.CONTRACT, inputs="supervised_q3:inputs",
+                                        lease=LEASE)
+    try:
+        sup = Supervisor(backend, definition, dispatcher)
+        await sup.publish("v1", q3.V1)
+        await sup.tick()
+        st = await sup.controller.state("w")
+        while st.attempts[0].heartbeats < 1:          # it runs and renews its lease
+            await asyncio.sleep(0.05)
+            st = await sup.controller.state("w")
+        first = outlive.Assignment.of(backend, definition, st.attempts[0])
+        await dispatcher.stop(first)
+        proc = dispatcher.procs[("w", 1)]
+        assert await asyncio.wait_for(proc.wait(), 60) == 143
+    finally:
+        await dispatcher.close()
+        await backend.close()
+    assert "stopped by SIGTERM" in (tmp_path / "logs" / "w-1.log").read_text()
