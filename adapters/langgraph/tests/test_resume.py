@@ -19,6 +19,7 @@ from langgraph.types import Command, interrupt
 
 import outlive
 from outlive import Controller, Worker
+from outlive.records import AttemptState
 from outlive_langgraph import (
     LangGraphBackend,
     attempt_config,
@@ -196,7 +197,13 @@ async def test_nodes_are_steps_restored_by_their_inputs(backend: outlive.Backend
     cfg = {"configurable": {"thread_id": "report-7"}}
     first = await run(graph, {"text": "revenue 4.7"}, worker=w, config=cfg)
     assert "__interrupt__" in first
+    st = await backend.load("w")
+    assert st is not None and st.attempts[0].state is AttemptState.WAITING, \
+        "a person's wait is waiting, not silence"
+    assert st.attempts[0].waiting_for == "interrupt: {'summary': 'REVENUE 4.7'}"
     out = await run(graph, Command(resume="yes"), worker=w, config=cfg)
+    st = await backend.load("w")
+    assert st is not None and st.attempts[0].state is AttemptState.RUNNING
     assert out["posted"] == "REVENUE 4.7 (yes)"
     assert await _journal(backend) == [("summarise", {"summary": "REVENUE 4.7"}),
                                        ("review", {"approved": "yes"}),

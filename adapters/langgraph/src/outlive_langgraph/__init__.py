@@ -27,6 +27,7 @@ from ._engine import (
     outlive_task,
     persist_for,
     run,
+    run_attempt,
 )
 from .backend import (
     LangGraphBackend,
@@ -54,5 +55,6 @@ __all__ = [
     "owner_of",
     "persist_for",
     "run",
+    "run_attempt",
     "step_thread_id",
 ]

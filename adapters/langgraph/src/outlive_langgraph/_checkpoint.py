@@ -9,7 +9,8 @@ token may still write before letting LangGraph's write through.
 * :class:`FencedAsyncSqliteSaver` (``langgraph+sqlite``): LangGraph's ``AsyncSqliteSaver`` on the
   ledger's own file. The check reads the ledger's rows **inside the checkpoint write's
   transaction** (``BEGIN IMMEDIATE``, read the work's head, the saver's insert, ``COMMIT``), so no
-  admission can commit between the check and the write. aiosqlite runs it off the event loop.
+  admission can commit between the check and the write. aiosqlite runs it off the event loop, in
+  one call on its thread.
 * :class:`FencedCheckpointer`: wraps any saver (the user's own ``AsyncPostgresSaver``, an
   ``InMemorySaver``): it loads the ledger, checks, then writes. Two databases cannot share a
   transaction, so a pause between the check and the write is not covered there; say so.
@@ -18,17 +19,21 @@ token may still write before letting LangGraph's write through.
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    get_checkpoint_metadata,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -139,35 +144,52 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
 
 
 class FencedAsyncSqliteSaver(AsyncSqliteSaver):
-    """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction."""
+    """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
+
+    Each write is one call in aiosqlite's thread: ``BEGIN IMMEDIATE``, read the work's ledger
+    head, ask the ledger, the saver's own ``INSERT`` (the same statements as
+    ``AsyncSqliteSaver``), ``COMMIT``. No admission can commit in between, and a refused write
+    leaves nothing. Reads are the saver's own.
+    """
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         super().__init__(conn)
-        #: One write at a time on this connection: a write's statements and its check must not
-        #: interleave with another write's ``COMMIT``.
+        #: One write at a time on this connection (the ledger's transactions take it too).
         self.write_lock = asyncio.Lock()
         self._heads: dict[str, tuple[int, WorkState]] = {}
 
-    async def _fenced(self, config: RunnableConfig, write: Callable[[], Awaitable[Any]]) -> Any:
-        owner = owner_of(config)
+    async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, one write at a time.
+
+        ``_execute``/``_conn`` are aiosqlite's own way to run a function in its thread (the
+        version range in pyproject.toml keeps them).
+        """
+        raw = self.conn
+        run: Callable[[Callable[[], Any]], Awaitable[Any]] = raw._execute
         async with self.write_lock:
-            await self.setup()
-            if owner is None:
-                return await write()
-            work, attempt, token = owner
-            async with self.lock:
-                await self.conn.execute("BEGIN IMMEDIATE")
+            return await run(lambda: fn(raw._conn))
+
+    async def _fenced(self, config: RunnableConfig, sql: str,
+                      rows: list[tuple[Any, ...]]) -> None:
+        await self.setup()
+        owner = owner_of(config)
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                async with self.lock:
-                    row = await (await self.conn.execute(
-                        "SELECT seq, state FROM outlive_works WHERE work_id = ?",
-                        (work,))).fetchone()
-                may_write(self._head(work, row), work, attempt, token)
-                return await write()   # the saver's insert joins this transaction and commits it
+                if owner is not None:
+                    work, attempt, token = owner
+                    row = conn.execute("SELECT seq, state FROM outlive_works WHERE work_id = ?",
+                                       (work,)).fetchone()
+                    may_write(self._head(work, row), work, attempt, token)
+                conn.executemany(sql, rows)
+                conn.commit()
             except BaseException:
-                if self.conn.in_transaction:
-                    await self.conn.rollback()
+                if conn.in_transaction:
+                    conn.rollback()
                 raise
+
+        await self.in_thread(tx)
 
     def _head(self, work: str, row: Any) -> WorkState | None:
         """The ledger head (attempts, epoch, policy; no journal) from its row, cached by ``seq``."""
@@ -185,16 +207,35 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
-        parent = super().aput
-        result: RunnableConfig = await self._fenced(
-            config, lambda: parent(config, checkpoint, metadata, new_versions))
-        return result
+        conf = config["configurable"]
+        type_, blob = self.serde.dumps_typed(checkpoint)
+        meta = json.dumps(get_checkpoint_metadata(config, metadata),
+                          ensure_ascii=False).encode("utf-8", "ignore")
+        await self._fenced(config, _PUT, [(
+            str(conf["thread_id"]), conf["checkpoint_ns"], checkpoint["id"],
+            conf.get("checkpoint_id"), type_, blob, meta)])
+        return {"configurable": {"thread_id": conf["thread_id"],
+                                 "checkpoint_ns": conf["checkpoint_ns"],
+                                 "checkpoint_id": checkpoint["id"]}}
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
-        parent = super().aput_writes
-        await self._fenced(config, lambda: parent(config, writes, task_id, task_path))
+        conf = config["configurable"]
+        special = all(w[0] in WRITES_IDX_MAP for w in writes)
+        rows = [(str(conf["thread_id"]), str(conf["checkpoint_ns"]), str(conf["checkpoint_id"]),
+                 task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel,
+                 *self.serde.dumps_typed(value))
+                for idx, (channel, value) in enumerate(writes)]
+        await self._fenced(config, _PUT_WRITES % ("REPLACE" if special else "IGNORE"), rows)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        parent = super().adelete_thread
-        await self._fenced({}, lambda: parent(thread_id))
+        async with self.write_lock:
+            await super().adelete_thread(thread_id)
+
+
+# The statements of LangGraph's AsyncSqliteSaver (langgraph-checkpoint-sqlite 3.x), so that the
+# fence check and the write run as one call in the connection's thread.
+_PUT = ("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+        "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)")
+_PUT_WRITES = ("INSERT OR %s INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+               "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")

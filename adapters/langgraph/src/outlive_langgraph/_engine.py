@@ -32,10 +32,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.func import task
 from langgraph.pregel import Pregel
+from langgraph.types import Command
 
 from outlive import Worker
 from outlive.errors import ConfigError, InvalidRecord
 from outlive.hashing import content_hash, input_key
+from outlive.records import AttemptState
 from outlive.worker import Persist
 
 from ._context import INSIDE_TASK, Durability
@@ -50,6 +52,7 @@ __all__ = [
     "outlive_task",
     "persist_for",
     "run",
+    "run_attempt",
 ]
 
 P = ParamSpec("P")
@@ -86,6 +89,8 @@ def attempt_config(worker: Worker, config: RunnableConfig | None = None) -> Runn
     conf.setdefault("thread_id", worker.work_id)
     conf.update({"outlive_work": worker.work_id, "outlive_attempt": worker.attempt.number,
                  "outlive_token": worker.token, _WORKER_KEY: worker})
+    if worker.attempt.pinned_version is not None:
+        conf["outlive_version"] = worker.attempt.pinned_version
     base["configurable"] = conf
     return cast(RunnableConfig, base)
 
@@ -272,11 +277,33 @@ async def run(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker
     """
     d = _durability(worker, durability)
     cfg = _config(worker, config, thread_id)
+    await _resuming(worker, input)
     token = _RUN.set(worker)
     try:
-        return await program.ainvoke(input, cfg, durability=d)
+        out = await program.ainvoke(input, cfg, durability=d)
     finally:
         _RUN.reset(token)
+    await _record_wait(program, worker, cfg)
+    return out
+
+
+async def run_attempt(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker,
+                      config: RunnableConfig | None = None,
+                      durability: Durability | None = None) -> Any:
+    """What a supervised attempt runs: carry on the thread's pending run, or start ``input``.
+
+    A predecessor that died (or was taken over) mid-run left the thread with pending nodes.
+    If that run was for the version this attempt is pinned to, the successor continues it
+    (``ainvoke(None)``): LangGraph keeps the nodes it finished, outlive restores the steps it
+    journaled. Otherwise (a new input version, a finished thread) it starts a run with
+    ``input``: a new run on the thread, whose state the user's reducers carry over as usual.
+    """
+    cfg = _config(worker, config, None)
+    snapshot = await program.aget_state(cfg)
+    pending = bool(snapshot.next) and (snapshot.metadata or {}).get("outlive_version") == \
+        worker.attempt.pinned_version
+    return await run(program, None if pending else input, worker=worker, config=cfg,
+                     durability=durability)
 
 
 async def astream(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker,
@@ -285,8 +312,34 @@ async def astream(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Wo
     """``program.astream`` for ``worker``'s attempt (``stream_mode`` and the rest pass through)."""
     d = _durability(worker, durability)
     cfg = _config(worker, config, None)
+    await _resuming(worker, input)
     async for chunk in program.astream(input, cfg, durability=d, **kwargs):
         yield chunk
+    await _record_wait(program, worker, cfg)
+
+
+async def _resuming(worker: Worker, input: Any) -> None:
+    """A ``Command(resume=...)`` ends the attempt's wait: ``running`` again, in the ledger."""
+    if isinstance(input, Command) and input.resume is not None:
+        st = await worker.backend.load(worker.work_id)
+        me = st.attempt(worker.attempt.number) if st is not None else None
+        if me is not None and me.state is AttemptState.WAITING:
+            await worker.resume()
+
+
+async def _record_wait(program: Pregel[Any, Any, Any, Any], worker: Worker,
+                       config: RunnableConfig) -> None:
+    """An invocation that stopped at ``interrupt()`` waits on a person: ``waiting``, not silence.
+
+    The supervisor never suspects a waiting attempt; the wait ends with the next fenced write
+    or the ``Command(resume=...)`` that answers it.
+    """
+    if program.checkpointer is None:
+        return
+    snapshot = await program.aget_state(config)
+    if snapshot.interrupts:
+        first = snapshot.interrupts[0].value
+        await worker.wait(f"interrupt: {first if isinstance(first, str) else repr(first)}"[:200])
 
 
 def _durability(worker: Worker, durability: Durability | None) -> Durability:

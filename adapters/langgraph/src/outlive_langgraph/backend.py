@@ -243,18 +243,12 @@ class LangGraphSqliteBackend(LangGraphBackend):
 
     async def _in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the connection, in its thread, between two of the saver's writes."""
-        saver = self._db()
-        async with saver.write_lock:
-            # aiosqlite runs queued functions in its own thread; ``_execute``/``_conn`` are its
-            # way to do so (the pinned range in pyproject.toml keeps them).
-            raw = saver.conn
-            in_thread: Callable[[Callable[[], Any]], Awaitable[Any]] = raw._execute
-            try:
-                return await in_thread(lambda: fn(raw._conn))
-            except sqlite3.OperationalError as exc:
-                raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
-            except sqlite3.DatabaseError as exc:
-                raise InvalidRecord(f"{self.path}: database error: {exc}", path=self.path) from exc
+        try:
+            return await self._db().in_thread(fn)
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"{self.path}: {exc}", path=self.path) from exc
+        except sqlite3.DatabaseError as exc:
+            raise InvalidRecord(f"{self.path}: database error: {exc}", path=self.path) from exc
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         def tx(conn: sqlite3.Connection) -> Outcome:

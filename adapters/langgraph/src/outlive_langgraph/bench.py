@@ -1,12 +1,15 @@
-"""``make bench-langgraph``: an outlive step on LangGraph against a raw ``@task``, side by side.
+"""``make bench-langgraph``: an outlive step on LangGraph against raw LangGraph, side by side.
 
-Same checkpointer (a SqliteSaver file, or InMemorySaver), same durability, same process, same
-trivial body. Two shapes are measured, each against its own raw baseline:
+The raw baseline runs under the saver a user writes (``AsyncSqliteSaver`` on its own file,
+``AsyncPostgresSaver``, ``InMemorySaver``); outlive's side under the backend's fenced saver. Same
+durability, same process, same trivial body. Three shapes, each against its own raw baseline:
 
 * in-entrypoint: N steps inside one ``@entrypoint`` invocation — raw ``@task`` vs ``outlive_task``
-  (the ported-workflow shape; outlive adds an input-key lookup and one fenced ledger write);
+  (outlive adds one task envelope, an input-key lookup, one fenced ledger write and the fence
+  check inside LangGraph's own write);
+* node: a ``StateGraph`` node run N times (one superstep each) — plain node vs ``outlive_node``;
 * invocation-per-step: ``Worker.step`` through ``Backend.run_step`` (what the conformance harness
-  drives) vs a raw one-task ``ainvoke`` per step on the same thread.
+  drives) vs a raw one-task ``ainvoke`` per step.
 
 Also on ``langgraph+postgres`` (a throwaway server). Then the full 864-run sweep on
 ``langgraph+sqlite``. Writes ``.bench/langgraph.json``.
@@ -20,16 +23,23 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.func import entrypoint, task
+from langgraph.graph import END, START, StateGraph
 
 from outlive import Controller, Worker, open_backend
 
-from ._engine import outlive_task, persist_for, run
+from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer
+from ._engine import outlive_node, outlive_task, persist_for, run
 from .backend import Durability, LangGraphBackend
 
 __all__ = ["main"]
@@ -51,7 +61,36 @@ async def _fresh(url: str, work: str) -> tuple[LangGraphBackend, Worker]:
     return b, Worker(b, a, None, clock=lambda: 1)
 
 
-async def in_entrypoint(url: str, n: int, durability: Durability) -> dict[str, Any]:
+@asynccontextmanager
+async def _user_saver(url: str, d: str, name: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """The saver a LangGraph user writes themselves, for the raw baseline (its own database)."""
+    if url.startswith("langgraph+postgres"):
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        from .postgres import conninfo
+
+        async with AsyncPostgresSaver.from_conn_string(conninfo(url)) as pg:
+            await pg.setup()
+            yield pg
+    elif url.startswith("langgraph+memory"):
+        yield InMemorySaver()
+    else:
+        async with AsyncSqliteSaver.from_conn_string(f"{d}/{name}-raw.db") as saver:
+            await saver.conn.execute("PRAGMA synchronous=FULL")
+            await saver.setup()
+            yield saver
+
+
+def _fenced(b: LangGraphBackend) -> BaseCheckpointSaver[Any]:
+    """outlive's side: the backend's saver, fenced (the SQLite one is fenced already)."""
+    saver = b.checkpointer
+    if isinstance(saver, FencedAsyncSqliteSaver | FencedCheckpointer):
+        return saver
+    return b.fence(saver)
+
+
+async def in_entrypoint(url: str, n: int, durability: Durability, d: str) -> dict[str, Any]:
+    """N steps inside one ``@entrypoint`` invocation: raw ``@task`` vs ``outlive_task``."""
     b, w = await _fresh(url, "bench-a")
     w.persist = persist_for(durability)
     await w.start()
@@ -62,7 +101,7 @@ async def in_entrypoint(url: str, n: int, durability: Durability) -> dict[str, A
     async def raw_step(i: int) -> dict[str, int]:
         return {"i": i}
 
-    @outlive_task(step=lambda i: f"s{i}")
+    @outlive_task
     async def outlive_step(i: int) -> dict[str, int]:
         return {"i": i}
 
@@ -72,28 +111,79 @@ async def in_entrypoint(url: str, n: int, durability: Durability) -> dict[str, A
             await call(i)
             times.append(time.perf_counter() - t0)
 
-    @entrypoint(checkpointer=b.checkpointer)
-    async def raw_prog(_: int) -> int:
-        await timed(raw_t, raw_step)
-        return n
+    async with _user_saver(url, d, f"a-{durability}") as user_saver:
+        @entrypoint(checkpointer=user_saver)
+        async def raw_prog(_: int) -> int:
+            await timed(raw_t, raw_step)
+            return n
 
-    @entrypoint(checkpointer=b.checkpointer)
-    async def outlive_prog(_: int) -> int:
-        await timed(out_t, outlive_step)
-        if durability == "exit":  # the end-of-attempt flush is part of the steps' cost
-            t0 = time.perf_counter()
-            await w.finish()
-            out_t.append(time.perf_counter() - t0)
-        return n
+        @entrypoint(checkpointer=_fenced(b))
+        async def outlive_prog(_: int) -> int:
+            await timed(out_t, outlive_step)
+            if durability == "exit":  # the end-of-attempt flush is part of the steps' cost
+                t0 = time.perf_counter()
+                await w.finish()
+                out_t.append(time.perf_counter() - t0)
+            return n
 
-    cfg: RunnableConfig = {"configurable": {"thread_id": "bench-raw"}}
-    # interleave the two so that neither gets a warmer cache or a cooler disk
-    for _ in range(2):
+        cfg: RunnableConfig = {"configurable": {"thread_id": "bench-raw"}}
+        # interleave the two so that neither gets a warmer cache or a cooler disk
         await raw_prog.ainvoke(0, cfg, durability=durability)
-    await run(outlive_prog, 0, worker=w, durability=durability)
+        raw_t.clear()
+        await run(outlive_prog, 0, worker=w, durability=durability,
+                  config={"configurable": {"thread_id": "bench-outlive"}})
+        await raw_prog.ainvoke(0, {"configurable": {"thread_id": "bench-raw-2"}},
+                               durability=durability)
     await b.close()
-    raw_t = raw_t[n:]  # the second, warm pass
-    return {"raw_task": _stats(raw_t), "outlive_task": _stats(out_t),
+    return _ratio("raw_task", raw_t, "outlive_task", out_t)
+
+
+class _Loop(TypedDict):
+    i: int
+
+
+async def node_loop(url: str, n: int, d: str) -> dict[str, Any]:
+    """A StateGraph whose one node runs N times (one superstep each, ``durability="sync"``):
+    the user's plain node vs the same node as ``outlive_node``."""
+    b, w = await _fresh(url, "bench-n")
+    await w.start()
+    raw_t: Timed = []
+    out_t: Timed = []
+    marks: list[float] = []
+
+    async def body(state: _Loop) -> _Loop:
+        marks.append(time.perf_counter())
+        return {"i": state["i"] + 1}
+
+    def graph(node: Any, saver: BaseCheckpointSaver[Any]) -> Any:
+        g = StateGraph(_Loop)
+        g.add_node("step", node)
+        g.add_edge(START, "step")
+        g.add_conditional_edges("step", lambda s: "step" if s["i"] < n else END)
+        return g.compile(checkpointer=saver)
+
+    def per_step(times: Timed) -> None:
+        times.extend(later - earlier for earlier, later in pairwise(marks))
+        marks.clear()
+
+    async with _user_saver(url, d, "n") as user_saver:
+        raw_graph = graph(body, user_saver)
+        limit: RunnableConfig = {"recursion_limit": n + 10}
+        await raw_graph.ainvoke({"i": 0}, {**limit, "configurable": {"thread_id": "raw-0"}},
+                                durability="sync")
+        marks.clear()
+        await run(graph(outlive_node(body, name="step", inputs=("i",)), _fenced(b)), {"i": 0},
+                  worker=w, config={**limit, "configurable": {"thread_id": "outlive"}})
+        per_step(out_t)
+        await raw_graph.ainvoke({"i": 0}, {**limit, "configurable": {"thread_id": "raw-1"}},
+                                durability="sync")
+        per_step(raw_t)
+    await b.close()
+    return _ratio("raw_node", raw_t, "outlive_node", out_t)
+
+
+def _ratio(raw_name: str, raw_t: Timed, out_name: str, out_t: Timed) -> dict[str, Any]:
+    return {raw_name: _stats(raw_t), out_name: _stats(out_t),
             "ratio_median": statistics.median(out_t) / statistics.median(raw_t),
             "ratio_mean": statistics.fmean(out_t) / statistics.fmean(raw_t)}
 
@@ -121,9 +211,7 @@ async def per_invocation(url: str, n: int, durability: Durability) -> dict[str, 
         await w.step(f"s{i}", lambda i: {"i": i}, i=i)
         out_t.append(time.perf_counter() - t0)
     await b.close()
-    return {"raw_invoke": _stats(raw_t), "outlive_worker_step": _stats(out_t),
-            "ratio_median": statistics.median(out_t) / statistics.median(raw_t),
-            "ratio_mean": statistics.fmean(out_t) / statistics.fmean(raw_t)}
+    return _ratio("raw_invoke", raw_t, "outlive_worker_step", out_t)
 
 
 async def sweep_time(url: str) -> dict[str, Any]:
@@ -141,20 +229,23 @@ async def sweep_time(url: str) -> dict[str, Any]:
 async def _main(n: int, out: Path | None, do_sweep: bool, pg: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"steps": n}
     with tempfile.TemporaryDirectory() as d:
-        for durability in ("sync", "exit"):
-            for name, url in (("sqlite", f"langgraph+sqlite:///{d}/{durability}-a.db"),
-                              ("memory", "langgraph+memory://")):
-                report[f"in_entrypoint/{name}/{durability}"] = await in_entrypoint(
-                    url, n, durability)
-            report[f"per_invocation/sqlite/{durability}"] = await per_invocation(
-                f"langgraph+sqlite:///{d}/{durability}-b.db?durability={durability}", n,
-                durability)
+        sqlite = f"langgraph+sqlite:///{d}/%s.db"
+        report["in_entrypoint/sqlite/sync"] = await in_entrypoint(sqlite % "a", n, "sync", d)
+        report["node/sqlite/sync"] = await node_loop(sqlite % "n", n, d)
+        report["per_invocation/sqlite/sync"] = await per_invocation(sqlite % "b", n, "sync")
+        report["in_entrypoint/memory/sync"] = await in_entrypoint("langgraph+memory://", n,
+                                                                  "sync", d)
+        report["in_entrypoint/sqlite/exit"] = await in_entrypoint(sqlite % "e", n, "exit", d)
+        report["per_invocation/sqlite/exit"] = await per_invocation(
+            f"langgraph+sqlite:///{d}/f.db?durability=exit", n, "exit")
         if pg:
             from .pgserver import PostgresServer
 
             with PostgresServer() as server:
                 report["in_entrypoint/postgres/sync"] = await in_entrypoint(
-                    server.create_database("bench_a"), n, "sync")
+                    server.create_database("bench_a"), n, "sync", d)
+                report["node/postgres/sync"] = await node_loop(
+                    server.create_database("bench_n"), n, d)
                 report["per_invocation/postgres/sync"] = await per_invocation(
                     server.create_database("bench_b"), n, "sync")
         if do_sweep:
