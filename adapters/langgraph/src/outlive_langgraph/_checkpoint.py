@@ -37,11 +37,11 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from outlive import codec
 from outlive.backend import Backend
 from outlive.errors import ConfigError, InvalidRecord, NotFound
 from outlive.ledger import RecordSteps, apply
 from outlive.records import WorkState
+from outlive.sqlstore import SqliteLedgerStore
 
 from ._context import owner_of
 
@@ -146,17 +146,18 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
 class FencedAsyncSqliteSaver(AsyncSqliteSaver):
     """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
 
-    Each write is one call in aiosqlite's thread: ``BEGIN IMMEDIATE``, read the work's ledger
-    head, ask the ledger, the saver's own ``INSERT`` (the same statements as
+    Each write is one call in aiosqlite's thread: ``BEGIN IMMEDIATE``, read the work through the
+    core's SQL ledger store, ask the ledger, the saver's own ``INSERT`` (the same statements as
     ``AsyncSqliteSaver``), ``COMMIT``. No admission can commit in between, and a refused write
     leaves nothing. Reads are the saver's own.
     """
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, store: SqliteLedgerStore) -> None:
         super().__init__(conn)
+        #: The core's SQL ledger store on the same file: the fence reads the work through it.
+        self.store = store
         #: One write at a time on this connection (the ledger's transactions take it too).
         self.write_lock = asyncio.Lock()
-        self._heads: dict[str, tuple[int, WorkState]] = {}
 
     async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, one write at a time.
@@ -179,9 +180,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
             try:
                 if owner is not None:
                     work, attempt, token = owner
-                    row = conn.execute("SELECT seq, state FROM outlive_works WHERE work_id = ?",
-                                       (work,)).fetchone()
-                    may_write(self._head(work, row), work, attempt, token)
+                    may_write(self.store.load(conn, work), work, attempt, token)
                 conn.executemany(sql, rows)
                 conn.commit()
             except BaseException:
@@ -190,20 +189,6 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
                 raise
 
         await self.in_thread(tx)
-
-    def _head(self, work: str, row: Any) -> WorkState | None:
-        """The ledger head (attempts, epoch, policy; no journal) from its row, cached by ``seq``."""
-        if row is None:
-            return None
-        seq = int(row[0])
-        cached = self._heads.get(work)
-        if cached is not None and cached[0] == seq:
-            return cached[1]
-        head = codec.loads(row[1])
-        if not isinstance(head, WorkState):
-            raise InvalidRecord(f"the ledger row of {work!r} is corrupt", work_id=work)
-        self._heads[work] = (seq, head)
-        return head
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:

@@ -223,16 +223,17 @@ class LangGraphSqliteBackend(LangGraphBackend):
             raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
         conn: aiosqlite.Connection | None = None
         try:
-            conn = await aiosqlite.connect(self.path, timeout=30)
+            # Autocommit (the core store takes its own short write transactions; the fenced
+            # saver opens BEGIN IMMEDIATE itself).
+            conn = await aiosqlite.connect(self.path, timeout=30, isolation_level=None)
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=FULL")
             await conn.executescript(SCHEMA)
-            await conn.commit()
             # A truncated or damaged file fails here, before anything is written, not mid-run.
             problems = [r[0] for r in await conn.execute_fetchall("PRAGMA quick_check")]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(str(p) for p in problems[:3]))
-            saver = FencedAsyncSqliteSaver(conn)
+            saver = FencedAsyncSqliteSaver(conn, self._store)
             await saver.setup()
         except sqlite3.DatabaseError as exc:
             if conn is not None:
@@ -251,35 +252,19 @@ class LangGraphSqliteBackend(LangGraphBackend):
             raise InvalidRecord(f"{self.path}: database error: {exc}", path=self.path) from exc
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
-        def tx(conn: sqlite3.Connection) -> Outcome:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                return self._store.execute(conn, work_id, command, conn.commit)
-            except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
-                raise
-
-        out: Outcome = await self._in_thread(tx)
+        store = self._store
+        out: Outcome = await self._in_thread(lambda conn: store.run(conn, work_id, command))
         return out
 
     async def load(self, work_id: str) -> WorkState | None:
-        def read(conn: sqlite3.Connection) -> WorkState | None:
-            # One snapshot for the head row and the journal rows: another process may commit
-            # between two autocommit selects, which would look like a corrupt ledger.
-            conn.execute("BEGIN")
-            try:
-                return self._store.read(conn, work_id)[1]
-            finally:
-                conn.rollback()
-
-        state: WorkState | None = await self._in_thread(read)
+        store = self._store
+        state: WorkState | None = await self._in_thread(lambda conn: store.load(conn, work_id))
         return state
 
     async def works(self) -> list[str]:
-        rows = await self._in_thread(lambda conn: conn.execute(
-            "SELECT work_id FROM outlive_works ORDER BY work_id").fetchall())
-        return [str(r[0]) for r in rows]
+        store = self._store
+        names: list[str] = await self._in_thread(store.works)
+        return names
 
     async def close(self) -> None:
         self._program = None  # bound to this saver; a restarted backend builds a new one

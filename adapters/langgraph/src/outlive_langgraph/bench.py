@@ -62,14 +62,17 @@ async def _fresh(url: str, work: str) -> tuple[LangGraphBackend, Worker]:
 
 
 @asynccontextmanager
-async def _user_saver(url: str, d: str, name: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+async def _user_saver(b: LangGraphBackend, d: str,
+                      name: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """The saver a LangGraph user writes themselves, for the raw baseline (its own database)."""
+    url = b.url
     if url.startswith("langgraph+postgres"):
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-        from .postgres import conninfo
+        from .postgres import LangGraphPostgresBackend
 
-        async with AsyncPostgresSaver.from_conn_string(conninfo(url)) as pg:
+        assert isinstance(b, LangGraphPostgresBackend)
+        async with AsyncPostgresSaver.from_conn_string(b.conninfo) as pg:
             await pg.setup()
             yield pg
     elif url.startswith("langgraph+memory"):
@@ -111,7 +114,7 @@ async def in_entrypoint(url: str, n: int, durability: Durability, d: str) -> dic
             await call(i)
             times.append(time.perf_counter() - t0)
 
-    async with _user_saver(url, d, f"a-{durability}") as user_saver:
+    async with _user_saver(b, d, f"a-{durability}") as user_saver:
         @entrypoint(checkpointer=user_saver)
         async def raw_prog(_: int) -> int:
             await timed(raw_t, raw_step)
@@ -166,7 +169,7 @@ async def node_loop(url: str, n: int, d: str) -> dict[str, Any]:
         times.extend(later - earlier for earlier, later in pairwise(marks))
         marks.clear()
 
-    async with _user_saver(url, d, "n") as user_saver:
+    async with _user_saver(b, d, "n") as user_saver:
         raw_graph = graph(body, user_saver)
         limit: RunnableConfig = {"recursion_limit": n + 10}
         await raw_graph.ainvoke({"i": 0}, {**limit, "configurable": {"thread_id": "raw-0"}},
