@@ -96,3 +96,46 @@ async def test_a_worker_silent_after_its_record_keeps_that_step_and_is_refused_a
     assert s.restored["2"] == ("s1", "s3")            # #1's s3 was journaled before the silence
     assert [(t, a) for t, a, _ in s.late_writes_rejected] == [(9, 1)]   # its s4, after waking
     assert s.clean
+
+
+def _q3_with(old: str, new: str) -> str:
+    from importlib import resources
+
+    text = (resources.files("outlive_conformance") / "scenarios" / "q3-report.toml").read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+async def test_two_silent_attempts_the_second_after_its_candidate_wakes_to_a_refused_post() -> None:
+    from outlive_conformance.scenario import parse_scenario
+
+    sc = parse_scenario(_q3_with('poster_dies = "first"',
+                                 'silences = [{ attempt = 2, point = "after-candidate", wake_at = 16 }]\n'
+                                 'poster_dies = "first"'), "two-silences.toml")
+    backend = await outlive.open_backend("memory://")
+    try:
+        s = await run_scenario(backend, sc)
+    finally:
+        await backend.close()
+    # #2's candidate is judged while #2 is silent; #3 restores everything and posts; #2 wakes at
+    # t16 and its attempt to announce is refused by the token
+    assert [(a.tick, a.recorded_version) for a in s.accepted] == [(10, "v2")]
+    assert s.late_writes_rejected == ((8, 1, "StaleOwner"), (17, 2, "StaleOwner"))
+    assert s.model_calls == 6 and s.posts == 1 and s.clean
+
+
+@pytest.mark.parametrize("entry,field", [
+    ('{ attempt = 2, point = "after-lunch", wake_at = 9 }', "timeline.silences[0].point"),
+    ('{ attempt = 1, step = "s3", point = "before-call", wake_at = 9 }', "timeline.silences[0]"),
+    ('{ attempt = 2, step = "s9", point = "after-call", wake_at = 9 }', "timeline.silences[0].step"),
+    ('{ attempt = 2, point = "after-candidate", wake_at = 99 }', "timeline.silences[0].wake_at"),
+    ('{ attempt = 2, point = "after-candidate", wake_at = 9, when = 3 }', "timeline.silences[0].when"),
+])
+def test_a_malformed_silence_is_refused_naming_its_entry(entry: str, field: str) -> None:
+    from outlive.errors import ScenarioError
+    from outlive_conformance.scenario import parse_scenario
+
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(_q3_with('poster_dies = "first"', f"silences = [{entry}]\nposter_dies = \"first\""),
+                       "bad.toml")
+    assert info.value.details.get("field") == field, info.value.message

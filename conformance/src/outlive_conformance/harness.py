@@ -50,7 +50,7 @@ from outlive.rules import (
 )
 from outlive.supervisor import Assignment, Dispatcher, Lease, Supervisor, WorkDefinition
 
-from .scenario import Consumer, Scenario, Switches
+from .scenario import Consumer, Scenario, Silence, Switches
 
 __all__ = ["AcceptedDigest", "RunSummary", "TraceEvent", "run_scenario"]
 
@@ -158,7 +158,8 @@ class _Actor:
     task: asyncio.Task[Any] | None = None
     entered: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
-    held_once: bool = False
+    silence: Silence | None = None     # the silence holding this attempt, while it holds
+    resume: str = "work"               # the phase a woken attempt returns to
     candidate: Candidate | None = None
     accepted: str | None = None
     inherited: str | None = None       # accepted for my version before I was admitted
@@ -238,6 +239,7 @@ class _Run:
                 at += change.after
                 self.schedule[at] = change.version
         self.extra: dict[str, dict[str, Any]] = {}
+        self.fired: set[Silence] = set()           # silences that have fallen
         rules: dict[str, Rule] = {
             "strict": StrictCurrent(fail_open=sc.consumer.fail_open),
             "accepted": LatestAccepted(),
@@ -296,11 +298,15 @@ class _Run:
     def body(self, actor: _Actor, step: str) -> Any:
         async def summarise(**inputs: str) -> dict[str, str]:
             (text,) = inputs.values()
-            before = self.sc.silent_point == "before-call"
+            sil = self.silent_here(actor, step)
+            if sil is not None and sil.point == "after-record":
+                sil = None                      # that silence comes once the record is written
+            before = sil is not None and sil.point == "before-call"
             if not before:
                 self.calls += 1
-            if (self.sc.silent_point != "after-record" and self.silent_here(actor, step)):
-                actor.held_once = True
+            if sil is not None:
+                self.fired.add(sil)
+                actor.silence = sil
                 if self.sw.silent == "crashed":
                     raise WorkerCrashed(f"attempt #{actor.number} crashed during {step}")
                 actor.entered.set()
@@ -311,24 +317,40 @@ class _Run:
 
         return summarise
 
-    def silent_here(self, actor: _Actor, step: str) -> bool:
-        return (actor.number == self.sc.silent_attempt and step == self.sc.silent_step
-                and not actor.held_once)
+    def silent_here(self, actor: _Actor, step: str | None) -> Silence | None:
+        """The silence, not yet fallen, for this attempt at this step (None: after its candidate)."""
+        for sil in self.sc.silences:
+            if sil.attempt == actor.number and sil.step == step and sil not in self.fired:
+                return sil
+        return None
+
+    def hold(self, actor: _Actor, sil: Silence, resume: str) -> None:
+        """Fall silent between two actions: nothing in flight, the attempt just stops answering."""
+        self.fired.add(sil)
+        actor.silence = sil
+        if self.sw.silent == "crashed":
+            actor.phase = "crashed"
+            return
+        actor.phase, actor.resume = "held", resume
+        actor.task = asyncio.ensure_future(actor.release.wait())
 
     # -- phases --------------------------------------------------------------------------------
     async def wake(self) -> None:
         for a in self.actors:
-            if a.phase != "held" or self.sw.silent != "paused" or self.tick != self.sc.wake_at:
+            sil = a.silence
+            if a.phase != "held" or self.sw.silent != "paused" or sil is None \
+                    or self.tick != sil.wake_at:
                 continue
             a.release.set()
             a.acted = self.tick
             assert a.task is not None
-            step = self.sc.silent_step
-            if self.sc.silent_point == "after-record":
+            step = sil.step or "its candidate"
+            if sil.point in ("after-record", "after-candidate"):
                 await a.task
-                a.phase = "work"
-                self.log("attempt", f"#{a.number} wakes after recording {step} and carries on as "
-                         "if nothing happened", lane=f"attempt:{a.number}", mark="wake", step=step)
+                a.phase = a.resume
+                self.log("attempt", f"#{a.number} wakes after {'recording ' if sil.step else ''}"
+                         f"{step} and carries on as if nothing happened", lane=f"attempt:{a.number}",
+                         mark="wake", step=sil.step)
                 continue
             try:
                 await a.task
@@ -599,6 +621,14 @@ class _Run:
                              "Finished; not yet accepted", lane=f"attempt:{actor.number}",
                              mark="candidate", digest=short(cand.digest), version=cand.version,
                              figure=self.figure_of(cand.content), stale=cand.stale)
+                    sil = self.silent_here(actor, None)
+                    if sil is not None:
+                        self.hold(actor, sil, "awaiting")
+                        how = "crashes" if actor.phase == "crashed" else "goes silent"
+                        self.log("attempt", f"#{actor.number} {how} after submitting its candidate",
+                                 lane=f"attempt:{actor.number}",
+                                 mark="crash" if actor.phase == "crashed" else "silent")
+                        return
             st2 = await self.state()
             if self.latest_for(actor, st2) is not None and self.complete_for(actor, st2):
                 await w.finish()
@@ -631,23 +661,19 @@ class _Run:
         """Run one model call; True if it wrote to the ledger."""
         w = actor.worker
         coro = w.step(step, self.body(actor, step), **{step: text})
-        if self.sc.silent_point == "after-record" and self.silent_here(actor, step):
+        sil = self.silent_here(actor, step)
+        if sil is not None and sil.point == "after-record":
             await coro
             rec = w.steps[step]
             self.truth[rec.result_id] = content_hash(text)
             actor.redone.append(step)
-            actor.held_once = True
-            if self.sw.silent == "crashed":
-                actor.phase = "crashed"
-                self.log("attempt", f"#{actor.number} records {step} -> {short(rec.result_id)}, "
-                         "then crashes", lane=f"attempt:{actor.number}", mark="crash", step=step)
-            else:
-                actor.phase = "held"
-                actor.task = asyncio.ensure_future(actor.release.wait())
-                self.log("attempt", f"#{actor.number} records {step} -> {short(rec.result_id)}, "
-                         "then goes silent", lane=f"attempt:{actor.number}", mark="silent", step=step)
+            self.hold(actor, sil, "work")
+            how = "crashes" if actor.phase == "crashed" else "goes silent"
+            self.log("attempt", f"#{actor.number} records {step} -> {short(rec.result_id)}, then {how}",
+                     lane=f"attempt:{actor.number}",
+                     mark="crash" if actor.phase == "crashed" else "silent", step=step)
             return self.sw.progress == "step"
-        if self.silent_here(actor, step):
+        if sil is not None:
             actor.task = asyncio.ensure_future(coro)
             entered = asyncio.ensure_future(actor.entered.wait())
             await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)
@@ -655,15 +681,13 @@ class _Run:
                 entered.cancel()
                 exc = actor.task.exception()
                 actor.phase = "crashed"
-                made = ("the model call is made" if self.sc.silent_point == "after-call"
-                        else "before the model call")
+                made = "the model call is made" if sil.point == "after-call" else "before the model call"
                 self.log("attempt", f"#{actor.number} starts {step} ({made}), "
                          f"then crashes: nothing is recorded ({type(exc).__name__})",
                          lane=f"attempt:{actor.number}", mark="crash", step=step)
                 return False
             actor.phase = "held"
-            made = ("the model call is made" if self.sc.silent_point == "after-call"
-                    else "before the model call")
+            made = "the model call is made" if sil.point == "after-call" else "before the model call"
             self.log("attempt", f"#{actor.number} starts {step} ({made}), then "
                      "goes silent. Nothing is recorded", lane=f"attempt:{actor.number}",
                      mark="silent", step=step)
@@ -732,8 +756,9 @@ class _Run:
     async def done(self) -> bool:
         st = await self.state()
         live = any(a.phase in ("starting", "work", "awaiting") for a in self.actors)
-        held = any(a.phase == "held" for a in self.actors) and self.sw.silent == "paused" \
-            and self.tick < self.sc.wake_at
+        held = self.sw.silent == "paused" and any(
+            a.phase == "held" and a.silence is not None and self.tick < a.silence.wake_at
+            for a in self.actors)
         future = any(t > self.tick for t in self.schedule) or held or \
             self.tick < max([self.sc.consumer.ready_at, *(c.ready_at for c in self.sc.consumers)])
         return (self.complete(st) and not live and not future and self.news_start is not None

@@ -27,6 +27,7 @@ __all__ = [
     "SILENT_POINTS",
     "SWITCHES",
     "Change",
+    "Silence",
     "Consumer",
     "Scenario",
     "Switches",
@@ -95,8 +96,19 @@ def all_switches() -> Iterator[Switches]:
         yield Switches(**dict(zip(names, combo, strict=True)))
 
 
-#: Where a silent attempt falls silent within its silent step.
-SILENT_POINTS = ("before-call", "after-call", "after-record")
+#: Where a silent attempt falls silent: within a step (before its model call, after the call and
+#: before the record, after the record) or after assembling its candidate.
+SILENT_POINTS = ("before-call", "after-call", "after-record", "after-candidate")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Silence:
+    """One attempt falling silent (paused or crashed, by the ``silent`` switch) at one point."""
+
+    attempt: int
+    step: str | None          # None for ``after-candidate``
+    point: str
+    wake_at: int              # when a paused attempt wakes (a crashed one never does)
 #: What a consumer needs: the current input, a named version, or (relaxed) the latest result.
 NEEDS = ("current", "latest-accepted", "latest-finished")
 
@@ -164,6 +176,16 @@ class Scenario:
     retention: int | None = None
     #: Which posting attempts die after the receiver applied their post (1 = the first).
     poster_dies_at: tuple[int, ...] = (1,)
+    #: Further silences beside the timeline's own (``[[timeline.silences]]``).
+    more_silences: tuple[Silence, ...] = ()
+
+    @property
+    def silences(self) -> tuple[Silence, ...]:
+        """Every silence of the story: the timeline's own first, then the further ones."""
+        first = Silence(attempt=self.silent_attempt,
+                        step=None if self.silent_point == "after-candidate" else self.silent_step,
+                        point=self.silent_point, wake_at=self.wake_at)
+        return (first, *self.more_silences)
     #: What the author derived on paper: protection -> the story settings under which removing it
     #: (all others on) breaks exactly the runs that break. None: the sweep reports, not judges.
     expect_necessity: dict[str, dict[str, Any]] | None = None
@@ -185,7 +207,7 @@ _SCHEMA: dict[str, frozenset[str] | None] = {
     "work.contract": frozenset({"name", "version", "assessor"}),
     "clock": frozenset({"heartbeat_every", "missed_beats", "max_ticks"}),
     "timeline": frozenset({"silent_attempt", "silent_step", "silent_point", "wake_at", "new_version",
-                           "change_at", "then", "poster_dies"}),
+                           "change_at", "then", "poster_dies", "silences"}),
     "receiver": frozenset({"retention"}),
     "timeline.change_at": frozenset({"during", "after"}),
     "consumer": frozenset({"name", "ready_at", "quotes", "pattern", "unit", "needs", "fail_open"}),
@@ -194,6 +216,7 @@ _SCHEMA: dict[str, frozenset[str] | None] = {
     # arrays of tables: each entry is checked against these keys
     "consumers[]": frozenset({"name", "ready_at", "quotes", "pattern", "unit", "needs"}),
     "timeline.then[]": frozenset({"version", "after"}),
+    "timeline.silences[]": frozenset({"attempt", "step", "point", "wake_at"}),
     "expect.necessity": frozenset({"fencing", "pins", "key", "strict"}),
 }
 
@@ -443,6 +466,28 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         if not 1 <= after < max_ticks:
             raise r.fail(f"timeline.then[{i}].after", f"must be between 1 and {max_ticks - 1}")
         then.append(Change(version=version, after=after))
+    silences: list[Silence] = []
+    seen = {(ints["timeline.silent_attempt"], silent_step if silent_point != "after-candidate" else None)}
+    for i in range(len(r.table("timeline").get("silences", []))):
+        where = f"timeline.silences[{i}]"
+        point = r.entry("timeline.silences", i, "point", str)
+        if point not in SILENT_POINTS:
+            raise r.fail(f"{where}.point", f"must be one of {', '.join(SILENT_POINTS)}")
+        attempt = r.entry("timeline.silences", i, "attempt", int)
+        if not 1 <= attempt <= 100:
+            raise r.fail(f"{where}.attempt", "must be between 1 and 100")
+        step: str | None = None
+        if point != "after-candidate":
+            step = r.entry("timeline.silences", i, "step", str)
+            if step not in steps:
+                raise r.fail(f"{where}.step", f"{step!r} is not in work.steps")
+        if (attempt, step) in seen:
+            raise r.fail(where, f"attempt {attempt} already falls silent there")
+        seen.add((attempt, step))
+        wake = r.entry("timeline.silences", i, "wake_at", int)
+        if not 0 <= wake < max_ticks:
+            raise r.fail(f"{where}.wake_at", f"must be between 0 and {max_ticks - 1}")
+        silences.append(Silence(attempt=attempt, step=step, point=point, wake_at=wake))
     more: list[Consumer] = []
     for i in range(len(r.data.get("consumers", []))):
         name = r.entry("consumers", i, "name", str)
@@ -507,7 +552,8 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         silent_step=silent_step, wake_at=ints["timeline.wake_at"], new_version=new_version,
         change_at=change_at, poster_dies=poster_dies, consumer=consumer, defaults=defaults,
         source=source, expect_necessity=expect_necessity, silent_point=silent_point,
-        then=tuple(then), consumers=tuple(more), retention=retention, poster_dies_at=poster_dies_at,
+        then=tuple(then), consumers=tuple(more), more_silences=tuple(silences), retention=retention,
+        poster_dies_at=poster_dies_at,
     )
 
 
