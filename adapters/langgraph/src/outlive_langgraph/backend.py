@@ -48,29 +48,11 @@ from ._context import DURABILITIES, INSIDE_TASK, Durability
 
 __all__ = [
     "Durability",
-    "journal_prefix",
     "LangGraphBackend",
     "LangGraphMemoryBackend",
     "LangGraphSqliteBackend",
     "step_thread_id",
 ]
-
-
-def journal_prefix(old: WorkState | None, new: WorkState) -> int | None:
-    """How many journal entries ``new`` shares with ``old`` as a prefix (None: rewritten).
-
-    The ledger only ever appends to the journal, so each entry is encoded and written once and a
-    step's cost does not grow with the number of steps before it.
-    """
-    if old is None:
-        return 0
-    k = len(old.journal)
-    if len(new.journal) < k:
-        return None
-    for a, b in zip(old.journal, new.journal, strict=False):
-        if a is not b and a != b:
-            return None
-    return k
 
 
 def step_thread_id(work_id: str, attempt: int) -> str:
