@@ -155,3 +155,35 @@ async def test_durability_and_persist_must_agree(backend: outlive.Backend) -> No
     program = make_program(backend, Harness())
     with pytest.raises(outlive.ConfigError):
         await run(program, V1, worker=w, durability="exit")
+
+
+async def test_plain_outlive_task_names_each_step_from_its_function_and_inputs(
+        backend: outlive.Backend) -> None:
+    """No ``step=``, no extra argument: a successor on the corrected report restores the
+    sections whose text did not change and redoes the one that did."""
+    assert isinstance(backend, LangGraphBackend)
+    calls: list[str] = []
+
+    @outlive_task
+    async def summarise(text: str) -> str:
+        calls.append(text)
+        return text.upper()
+
+    @entrypoint(checkpointer=backend.checkpointer)
+    async def digest(report: dict[str, str]) -> list[str]:
+        return [await summarise(t) for t in report.values()]
+
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("q3")
+    await ctl.publish("q3", "v1", V1)
+    w1 = Worker(backend, await ctl.admit("q3"), V1)
+    await w1.start()
+    await run(digest, V1, worker=w1)
+    await w1.finish()
+    await ctl.publish("q3", "v2", V2)
+    w2 = Worker(backend, await ctl.admit("q3"), V2)
+    await w2.start()
+    assert await run(digest, V2, worker=w2) == [t.upper() for t in V2.values()]
+    assert calls == [*V1.values(), V2["s2"]], "only the corrected section is recomputed"
+    assert all(name.startswith("summarise:") for name in w2.steps)
+    assert [s.restored for s in w2.steps.values()] == [True, False, True, True]
