@@ -35,11 +35,10 @@ LEASE = Lease(heartbeat_interval=500, missed_beats=4)   # generous: the machine 
 SUBSET = [
     ("after-model:s2", "KILL", True),
     ("after-journal:s2", "STOP", True),
-    ("before-model:s1", "STOP", False),
     ("after-candidate", "STOP", True),
+    ("after-candidate", "KILL", False),     # the successor rebuilds the same digest
     ("after-intent", "KILL", False),
     ("after-send", "KILL", True),
-    ("after-send", "STOP", False),
     ("after-confirm", "STOP", True),
 ]
 MATRIX = [(p, s, c) for p in q3.POINTS for s in ("KILL", "STOP") for c in (True, False)]
