@@ -145,15 +145,17 @@ async def main() -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--kill-rate", type=float, default=0.1)
     ap.add_argument("--out", default=".bench/supervision.json")
+    ap.add_argument("--dir", help="keep the run's databases and worker logs here")
     args = ap.parse_args()
     result: dict[str, Any] = {"interval_ms": args.interval,
                               "target_ms": 2 * args.interval + 50}
     ok = True
     with tempfile.TemporaryDirectory(prefix="outlive-bench-sup-") as tmp:
-        folder = Path(tmp)
+        folder = Path(args.dir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         print(f"takeover: last sign of life -> successor's first step running "
               f"(heartbeat {args.interval} ms, 2 missed beats; target <= {2 * args.interval + 50} ms)")
-        for sig, warm in (("KILL", True), ("STOP", True), ("KILL", False)):
+        for sig, warm in (("KILL", True), ("STOP", True), ("KILL", False))[:3 if args.takeovers else 0]:
             xs = await takeovers(folder, n=args.takeovers, sig=sig, interval=args.interval, warm=warm)
             row = {"n": len(xs), "p50_ms": round(statistics.median(xs), 1),
                    "p99_ms": round(_pct(xs, 99), 1), "max_ms": round(max(xs), 1)}
