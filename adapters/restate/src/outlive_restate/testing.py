@@ -120,6 +120,7 @@ def drive_service(name: str, ledger: str) -> restate.Service:
         if box is None:
             return b"gone"
         backend = HandlerBackend(ctx, ledger=ledger, stamp=False)
+        op: _Op | None = None
         try:
             while True:
                 try:
@@ -143,6 +144,11 @@ def drive_service(name: str, ledger: str) -> restate.Service:
                     return b"finished"
         finally:
             box.open = False
+            if op is not None and not op.future.done():
+                # the invocation ended under it (a broken connection; Restate does not retry
+                # these invocations): say so, typed, rather than leave the caller waiting
+                op.future.set_exception(BackendUnavailable(
+                    f"the attempt's invocation ended during {op.kind}"))
 
     return svc
 
