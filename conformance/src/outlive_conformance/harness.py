@@ -50,6 +50,7 @@ from outlive.rules import (
 )
 from outlive.supervisor import Assignment, Dispatcher, Lease, Supervisor, WorkDefinition
 
+from .judge import Observations, judge
 from .scenario import Consumer, Scenario, Silence, Switches
 
 __all__ = ["AcceptedDigest", "RunSummary", "TraceEvent", "run_scenario"]
@@ -121,6 +122,9 @@ class RunSummary:
     figure_unit: str = ""
     #: Posts the receiver applied again because it no longer kept the key (its retention ended).
     applied_after_retention: int = 0
+    #: Writes from replaced attempts the harness saw the store accept (judged, beside the
+    #: ledger's own count in ``stale_writes_applied``).
+    stale_writes_seen: int = 0
     #: Further consumers (``[[consumers]]``): name -> start tick, figure, digest, required figure.
     consumers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -240,6 +244,7 @@ class _Run:
                 self.schedule[at] = change.version
         self.extra: dict[str, dict[str, Any]] = {}
         self.fired: set[Silence] = set()           # silences that have fallen
+        self.stale_landed = 0       # writes from replaced attempts that the store accepted (seen)
         rules: dict[str, Rule] = {
             "strict": StrictCurrent(fail_open=sc.consumer.fail_open),
             "accepted": LatestAccepted(),
@@ -367,6 +372,8 @@ class _Run:
             a.phase = "work"
             rid = a.worker.steps[step].result_id
             if self.sw.progress == "step":
+                if a.token < (await self.state()).epoch:
+                    self.stale_landed += 1
                 self.log("fencing", f"#{a.number} wakes and records {step} -> {short(rid)} with "
                          f"stale token {a.token}: applied (fencing off)", lane=f"attempt:{a.number}",
                          mark="late-write", step=step, refused=False, token=a.token,
@@ -540,10 +547,13 @@ class _Run:
                 raise PosterDied(f"#{actor.number} died after the feed applied {receipt.effect_id}")
             return receipt
 
+        replaced = actor.token < (await self.state()).epoch
         try:
             receipt = await actor.worker.effect(op_key, payload, send,
                                                 send_key=self.send_key(actor, op_key))
         except PosterDied:
+            if replaced:
+                self.stale_landed += 1           # its intent landed; it died before confirming
             actor.phase = "dead"
             self.log("effect", f"#{actor.number} records its intent to post; the feed applies "
                      f"post P{len(self.feed.applied)}; #{actor.number} dies before recording it",
@@ -551,6 +561,8 @@ class _Run:
                      sent_key=self.sent_key_label(actor, op_key), effect_id=f"P{len(self.feed.applied)}",
                      duplicate=False, confirmed=False, died=True)
             return False
+        if replaced:
+            self.stale_landed += 2               # the intent and the confirmation
         if receipt.duplicate:
             self.log("effect", f"#{actor.number} resends with the same operation key; the feed "
                      f"answers \"already seen\" and returns {receipt.effect_id}; nothing new is "
@@ -606,9 +618,14 @@ class _Run:
                         return
                 elif actor.candidate is None:
                     sections = {s: w.result(s)["summary"] for s in self.sc.steps}
+                    replaced = actor.token < (await self.state()).epoch
                     cand = await w.candidate({"title": self.sc.title, "sections": sections},
                                              self.sc.steps)
                     wrote = True
+                    if replaced:
+                        # the candidate, and with progress saved at the end the entries it carries
+                        carried = [s for s in w.steps if s not in actor.restored]
+                        self.stale_landed += 1 + (len(carried) if self.sw.progress == "end" else 0)
                     actor.candidate = cand
                     actor.phase = "awaiting"
                     self.pending_cands.append((cand.digest, actor))
@@ -699,6 +716,8 @@ class _Run:
         how = "recorded" if self.sw.progress == "step" else "kept until the end of the attempt"
         st = await self.state() if self.sw.fencing == "off" else None
         stale = st is not None and actor.token < st.epoch
+        if stale and self.sw.progress == "step":
+            self.stale_landed += 1
         self.log("journal" if not stale else "fencing",
                  f"#{actor.number} summarises {step} from {actor.version} -> "
                  f"{short(rec.result_id)}, {how}" + (" with a stale token (fencing off)"
@@ -767,44 +786,13 @@ class _Run:
     async def summary(self, finished: bool) -> RunSummary:
         st = await self.state()
         sc = self.sc
-        final = st.current_version
-        assert final is not None
-        parts_ok = True
-        per_version: dict[str | None, set[str]] = {}
-        for acc in st.acceptances:
-            cand = st.candidate(acc.digest)
-            assert cand is not None
-            claimed = self.pins.get(cand.attempt)
-            per_version.setdefault(claimed, set()).add(acc.digest)
-            for p in cand.parts:
-                if claimed is None or self.truth.get(p.result_id) != \
-                        content_hash(sc.versions[claimed][p.step]):
-                    parts_ok = False
-        latest = st.latest_acceptance
-        ends_ok = False
-        if latest is not None:
-            cand = st.candidate(latest.digest)
-            named = latest.version == final or (latest.version is None and len(st.inputs) == 1)
-            ends_ok = named and cand is not None and self.pins.get(cand.attempt) == final and \
-                self.announced(st, latest.digest)
-        invariants = {
-            "no_stale_write": st.stale_writes_applied == 0,
-            "parts_match_version": parts_ok,
-            "one_digest_per_version": all(len(d) <= 1 for d in per_version.values()),
-            "one_effect_per_operation": all(n <= 1 for n in self.op_applied.values()),
-            "consumer_on_required_version": self.news_start is not None
-            and self.news_figure == self.news_required,
-            "ends_accepted_and_announced": ends_ok,
-        }
-        if sc.consumers:
-            # each further consumer that needs a definite version got that version's figure
-            # A consumer that starts must quote what it needs; one whose version is never accepted
-            # waits (told "not yet", never handed another version). A relaxed need - latest
-            # accepted or finished - names no version, so it is not judged.
-            invariants["consumers_get_what_they_need"] = all(
-                got["start"] is None or got["figure"] == got["required"]
-                for got in self.extra.values()
-                if got["needs"] == "current" or got["needs"].startswith("version:"))
+        assert st.current_version is not None
+        invariants = judge(st, Observations(
+            truth=dict(self.truth), pins=dict(self.pins), stale_landed=self.stale_landed,
+            op_applied=dict(self.op_applied), consumer_started=self.news_start is not None,
+            consumer_figure=self.news_figure, consumer_required=self.news_required,
+            consumers={k: dict(v) for k, v in self.extra.items()},
+        ), sc, announced=self.announced)
         return RunSummary(
             scenario=sc.name, switches=self.sw.as_dict(), model_calls=self.calls,
             posts=len(self.feed.applied), stale_writes_applied=st.stale_writes_applied,
@@ -819,7 +807,7 @@ class _Run:
             required_figure=self.news_required, invariants=invariants, ended_at=self.tick,
             finished=finished, trace=tuple(self.trace), consumer_name=sc.consumer.name,
             figure_unit=sc.consumer.unit, consumers={k: dict(v) for k, v in self.extra.items()},
-            applied_after_retention=self.after_retention,
+            applied_after_retention=self.after_retention, stale_writes_seen=self.stale_landed,
         )
 
 

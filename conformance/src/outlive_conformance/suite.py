@@ -54,6 +54,9 @@ class ConformanceSuite(BackendFixture):
         work_id = f"conformance/{uuid.uuid4().hex[:12]}/{scenario.work_id}"
         got = await run_scenario(backend, scenario, sw, work_id=work_id)
         ref = await reference_run(scenario, sw)
+        assert got.stale_writes_seen == got.stale_writes_applied, (
+            f"the store counts {got.stale_writes_applied} stale writes applied; the harness saw "
+            f"{got.stale_writes_seen} land")
         diff = _diff(got, ref)
         assert not diff, "outcome differs from memory://:\n" + "\n".join(diff)
         # memory:// shares the ledger and the harness with every backend; the oracle does not.
