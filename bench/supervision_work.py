@@ -40,6 +40,9 @@ async def hold(ctx: AttemptContext) -> None:
     if ctx.attempt.number == 1:
         interval = ctx.definition.lease.heartbeat_interval / 1000
         await asyncio.sleep(3 * interval + random.uniform(0, interval))
+        # sqlite:// writes on a thread of its own: let a lease renewal in flight finish first,
+        # or a pause would land inside it and keep the file's write lock.
+        getattr(ctx.worker.backend, "quiesce", lambda: None)()
         os.kill(os.getpid(), getattr(signal, f"SIG{os.environ['BENCH_SIGNAL']}"))
     else:
         await ctx.worker.step("first", started, s1=ctx.inputs["s1"])

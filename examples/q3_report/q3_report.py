@@ -85,6 +85,9 @@ async def attempt(ctx: AttemptContext) -> None:
             with open(folder() / "calls.log", "a") as fh:       # one line per model call
                 fh.write(f"#{n} {part}\n")
             if n == 1 and part == "s3":
+                # (let a lease renewal in flight on the SQLite thread finish, so the pause does
+                # not land inside a write and keep the file's write lock)
+                getattr(w.backend, "quiesce", lambda: None)()
                 os.kill(os.getpid(), signal.SIGSTOP)             # the process goes quiet here
             return next(iter(section.values())).split(",")[0]
 
