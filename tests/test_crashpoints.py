@@ -1,8 +1,9 @@
 """Crash points with real processes: every boundary x {SIGKILL, SIGSTOP then SIGCONT} x {input
 changed during the silence, no change}, each attempt an ``outlive worker`` OS process.
 
-``make test`` runs a bounded subset; ``make crashpoints`` (``OUTLIVE_CRASHPOINTS=full``) runs the
-whole matrix on every backend it can reach. Each run checks: no stale write lands (and a woken
+``make test`` runs a bounded subset (on sqlite://, two cases on postgresql://); ``make
+crashpoints`` (``OUTLIVE_CRASHPOINTS=full``) runs the whole matrix on sqlite://, postgresql:// (a
+throwaway server this project starts) and langgraph+sqlite://. Each run checks: no stale write lands (and a woken
 process's own log shows its refusal), restores match input keys, the accepted digest is for the
 current version and derives from it alone, one acceptance per version, the receiver applied each
 operation key once, no attempt ends in any state but unknown, stopped or finished.
@@ -16,7 +17,9 @@ import os
 import signal
 import sqlite3
 import sys
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +48,29 @@ MATRIX = [(p, s, c) for p in q3.POINTS for s in ("KILL", "STOP") for c in (True,
 
 
 def _backends() -> list[str]:
-    names = ["sqlite"]
-    if FULL:
-        names.append("langgraph+sqlite")
-    return names
+    return ["sqlite", "postgresql", "langgraph+sqlite"] if FULL else ["sqlite"]
 
 
-def _url(kind: str, folder: Path) -> str:
+#: In `make test`, postgresql:// runs these cases of the subset (the server is started once).
+PG_SUBSET = [("after-journal:s2", "STOP", True), ("after-send", "KILL", True)]
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[Any]:
+    from outlive._pgserver import PostgresServer
+
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _url(kind: str, folder: Path, request: pytest.FixtureRequest | None = None) -> str:
+    if kind == "postgresql":
+        assert request is not None
+        server = request.getfixturevalue("pg_server")
+        return str(server.create_database(f"crash_{uuid.uuid4().hex[:8]}"))
     return {"sqlite": f"sqlite:///{folder / 'outlive.db'}",
             "langgraph+sqlite": f"langgraph+sqlite:///{folder / 'lg.db'}"}[kind]
 
@@ -166,8 +185,20 @@ CASES = MATRIX if FULL else SUBSET
 @pytest.mark.parametrize(("point", "sig", "change"), CASES,
                          ids=[f"{p}-{s}-{'change' if c else 'same'}" for p, s, c in CASES])
 async def test_attempt_process_dies_or_pauses_at_a_boundary(
-        kind: str, point: str, sig: str, change: bool, tmp_path: Path) -> None:
-    out = await crash_run(_url(kind, tmp_path), tmp_path, point, sig, change)
+        kind: str, point: str, sig: str, change: bool, tmp_path: Path,
+        request: pytest.FixtureRequest) -> None:
+    out = await crash_run(_url(kind, tmp_path, request), tmp_path, point, sig, change)
+    check_run(out, sig, change)
+
+
+@pytest.mark.crashpoints
+@pytest.mark.parametrize(("point", "sig", "change"), [] if FULL else PG_SUBSET,
+                         ids=[f"{p}-{s}-{'change' if c else 'same'}"
+                              for p, s, c in ([] if FULL else PG_SUBSET)])
+async def test_attempt_process_dies_or_pauses_on_postgresql(
+        point: str, sig: str, change: bool, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The bounded subset on postgresql:// (the full matrix runs it through the test above)."""
+    out = await crash_run(_url("postgresql", tmp_path, request), tmp_path, point, sig, change)
     check_run(out, sig, change)
 
 
