@@ -3,10 +3,11 @@ changed during the silence, no change}, each attempt an ``outlive worker`` OS pr
 
 ``make test`` runs a bounded subset (on sqlite://, two cases on postgresql://); ``make
 crashpoints`` (``OUTLIVE_CRASHPOINTS=full``) runs the whole matrix on sqlite://, postgresql:// (a
-throwaway server this project starts) and langgraph+sqlite://. Each run checks: no stale write lands (and a woken
-process's own log shows its refusal), restores match input keys, the accepted digest is for the
-current version and derives from it alone, one acceptance per version, the receiver applied each
-operation key once, no attempt ends in any state but unknown, stopped or finished.
+throwaway server this project starts) and langgraph+sqlite://. Each run checks: no stale write
+lands (and a woken process's own log shows its refusal), restores match input keys, the accepted
+digest is for the current version and derives from it alone, one acceptance per version, the
+receiver applied each operation key once, no attempt ends in any state but unknown, stopped or
+finished.
 """
 
 from __future__ import annotations
