@@ -68,12 +68,15 @@ def status_lines(st: WorkState, now: int) -> list[str]:
 def add_supervise_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("definition", metavar="MODULE:NAME",
                    help="a WorkDefinition (or a function returning one)")
-    p.add_argument("--backend", default="sqlite:///outlive.db")
+    p.add_argument("--backend", default="sqlite:///outlive.db",
+                   help="a backend every worker process can reach (not memory:// with processes)")
     p.add_argument("--dispatcher", choices=("process", "task"), default="process",
                    help="one OS process per attempt (default) or an asyncio task in this process")
     p.add_argument("--publish", metavar="VERSION",
                    help="publish this input version (loaded with the definition's inputs) first")
     p.add_argument("--log-dir", help="one log file per attempt process here")
+    p.add_argument("--warm", action="store_true",
+                   help="keep a spare worker process started, so a takeover skips its start-up")
     p.add_argument("--quiet", action="store_true", help="print only the end")
 
 
@@ -84,7 +87,7 @@ async def _supervise(args: argparse.Namespace) -> int:
     if args.dispatcher == "process":
         from ._process import SubprocessDispatcher
 
-        dispatcher = SubprocessDispatcher(log_dir=args.log_dir)
+        dispatcher = SubprocessDispatcher(log_dir=args.log_dir, warm=args.warm)
     else:
         dispatcher = TaskDispatcher(backend)
     sup = Supervisor(backend, definition, dispatcher)
