@@ -214,10 +214,9 @@ class _Story:
         # The main consumer needs the report as it is now whatever rule it checks with: the rule
         # switch is how it checks, not what it needs (misread at first as "a relaxed rule needs
         # nothing"; the article: "quoting 4.1 million while the report says 4.7 million").
-        main = c is self.sc.consumer
-        required = (self.figure(self.sc.versions[self.current][c.quotes], c)
-                    if needs == "current" or main else self.figure(self.sc.versions[needs[8:]][c.quotes], c)
-                    if needs.startswith("version:") else None)
+        wants = (self.current if needs == "current" or c is self.sc.consumer
+                 else needs.removeprefix("version:") if needs.startswith("version:") else None)
+        required = self.figure(self.sc.versions[wants][c.quotes], c) if wants else None
         self.started[c.name] = (self.tick, self.quotes(chosen, c), required)
 
     def controller(self) -> None:
