@@ -36,7 +36,7 @@ def pg_server() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
-        server.stop()
+        server.cleanup()
 
 
 def _db(server: PostgresServer, prefix: str) -> str:

@@ -65,6 +65,10 @@ def test_the_core_imports_nothing_from_conformance_or_adapters() -> None:
     ("sqlite:///x.db?durabilty=exit", "unknown option 'durabilty' (allowed: mode)"),
     ("sqlite:///x.db?mode=sometimes", "mode must be ro or rw"),
     ("sqlite:///x.db?mode=ro&mode=rw", "given twice"),
+    ("langgraph+sqlite:///x.db?durabilty=exit", "unknown option 'durabilty'"),
+    ("langgraph+memory://?durability=exit&x=1", "unknown option 'x'"),
+    ("temporal://127.0.0.1:1?heartbeat=5", "unknown option 'heartbeat'"),
+    ("restate://127.0.0.1:1?admn=9070", "unknown option"),
 ])
 async def test_unknown_url_options_are_refused(url: str, needle: str, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:

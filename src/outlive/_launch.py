@@ -25,7 +25,8 @@ from typing import Any, Self
 
 from .errors import BackendUnavailable
 
-__all__ = ["LAUNCHERS", "LaunchError", "Launcher", "free_port", "launcher_main", "port_open",
+__all__ = ["LAUNCHERS", "LaunchError", "Launcher", "free_port", "http_ok", "launcher_main",
+           "port_open",
            "start_engine", "stop_process", "wait_until"]
 
 #: engine -> (``"module:Launcher"``, the extra that installs it); imported only when asked for.
@@ -53,6 +54,14 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """Whether a GET of ``url`` answers 200 (a readiness probe for servers with an HTTP API)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return int(response.status) == 200
 
 
 def wait_until(probe: Callable[[], bool], *, what: str, timeout: float,
@@ -177,12 +186,14 @@ def start_engine(engine: str, base_dir: str | os.PathLike[str] | None = None) ->
 
 
 def launcher_main(factory: Callable[..., Launcher], *, prog: str, description: str,
-                  options: Sequence[Any] = (), argv: Sequence[str] | None = None) -> int:
+                  options: Sequence[Any] = (), argv: Sequence[str] | None = None,
+                  placeholders: Callable[[Any], dict[str, str]] | None = None) -> int:
     """The command line of every launcher: ``python -m MODULE [OPTIONS] [-- CMD ... {url} ...]``.
 
     Without a command, print the URL and serve until Ctrl-C or SIGTERM. With one, run it with
-    ``{url}`` replaced by the server's URL, then stop the server and exit with its status.
-    ``options`` are extra ``click.Option`` objects; their values are passed to ``factory``.
+    ``{url}`` (and any of ``placeholders(server)``) filled in, then stop the server and exit with
+    the command's status; SIGTERM or Ctrl-C stops the command and the server alike. ``options``
+    are extra ``click.Option`` objects; their values are passed to ``factory``.
     """
     import click
 
@@ -190,13 +201,24 @@ def launcher_main(factory: Callable[..., Launcher], *, prog: str, description: s
             **extra: Any) -> int:
         server = factory(base_dir=base_dir, ready_timeout=ready_timeout, **extra)
         t0 = time.monotonic()
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         with server:
             click.echo(f"{server.name} ready at {server.url} in {time.monotonic() - t0:.2f} s "
                        f"(data in {server.base_dir})", err=True)
             if command:
-                return subprocess.call([part.replace("{url}", server.url) for part in command])
+                fill = {"{url}": server.url, **(placeholders(server) if placeholders else {})}
+
+                def filled(part: str) -> str:
+                    for key, value in fill.items():
+                        part = part.replace(key, value)
+                    return part
+
+                child = subprocess.Popen([filled(part) for part in command])
+                try:
+                    return child.wait()
+                finally:
+                    stop_process(child, sig=signal.SIGTERM, timeout=10)
             click.echo(server.url)
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
             try:
                 while True:
                     time.sleep(3600)
@@ -228,4 +250,6 @@ def launcher_main(factory: Callable[..., Launcher], *, prog: str, description: s
     except BackendUnavailable as exc:
         click.echo(f"{prog}: {exc.message}", err=True)
         return 2
+    except KeyboardInterrupt:
+        return 130
     return int(rc or 0)

@@ -8,7 +8,8 @@ Binaries: ``$OUTLIVE_PG_BIN``, else ``initdb`` on PATH, else ``/usr/lib/postgres
     python -m outlive._pgserver -- outlive sweep --backend {url}
 
 Used by the core's ``postgresql://`` tests and by ``langgraph+postgres`` (which asks for its own
-URL scheme). Needs psycopg (``pip install 'outlive[postgres]'``) to check readiness.
+URL scheme). Needs psycopg (``pip install 'outlive[postgres]'``) to check readiness. It is a
+:class:`outlive._launch.Launcher`, like every server outlive starts (``--help`` lists options).
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import tempfile
-import time
+from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
+from ._launch import Launcher, free_port, launcher_main, port_open, stop_process, wait_until
 from .errors import BackendUnavailable
 
 __all__ = ["PostgresServer", "main"]
@@ -46,67 +45,64 @@ def _bin_dir() -> Path:
         "apt-get install postgresql) or set OUTLIVE_PG_BIN")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PostgresServer:
+class PostgresServer(Launcher):
     """One PostgreSQL cluster in ``base`` (a fresh temp dir by default), user ``outlive``.
 
-    Under root, ``base`` and its parents must be reachable by the ``postgres`` user. ``url()``
-    and ``create_database()`` answer backend URLs of ``scheme`` (``postgresql`` by default).
+    Under root, ``base`` and its parents must be reachable by the ``postgres`` user. ``url``,
+    ``db_url()`` and ``create_database()`` answer backend URLs of ``scheme`` (``postgresql`` by
+    default). ``cleanup()`` (or leaving the ``with`` block) removes a temp dir of its own.
     """
 
+    name = "postgres"
     scheme = "postgresql"
 
-    def __init__(self, base: str | None = None, *, scheme: str | None = None) -> None:
+    def __init__(self, base: str | os.PathLike[str] | None = None, *, scheme: str | None = None,
+                 base_dir: str | os.PathLike[str] | None = None,
+                 ready_timeout: float = 30.0) -> None:
         if scheme is not None:
             self.scheme = scheme
-        self._owned = base is None  # a temp dir of our own is removed again by stop()
-        self.base = Path(base or tempfile.mkdtemp(prefix="outlive-pg-"))
-        self.port = _free_port()
+        super().__init__(base if base is not None else base_dir, ready_timeout=ready_timeout)
+        self.base = self.base_dir
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.bin = _bin_dir()
         self._user: str | None = "postgres" if os.geteuid() == 0 else None
 
-    def url(self, db: str = "postgres") -> str:
+    @property
+    def url(self) -> str:
+        """The backend URL of the server's ``postgres`` database."""
+        return self.db_url("postgres")
+
+    def db_url(self, db: str) -> str:
         return f"{self.scheme}://outlive@127.0.0.1:{self.port}/{db}"
 
     def conninfo(self, db: str = "postgres") -> str:
         return f"postgresql://outlive@127.0.0.1:{self.port}/{db}"
 
-    def start(self, timeout: float = 30.0) -> PostgresServer:
+    def start(self, timeout: float | None = None) -> Self:
         data = self.base / "data"
         self.base.mkdir(parents=True, exist_ok=True)
         if self._user is not None:
             pw = pwd.getpwnam(self._user)
             os.chown(self.base, pw.pw_uid, pw.pw_gid)
-        log = open(self.base / "server.log", "ab")
         if not data.exists():
-            subprocess.run([str(self.bin / "initdb"), "-D", str(data), "-U", "outlive",
-                            "--auth=trust", "-E", "UTF8", "--no-sync"],
-                           check=True, stdout=log, stderr=log, user=self._user, cwd=self.base)
-        self.proc = subprocess.Popen(
+            with open(self.base / "server.log", "ab") as log:
+                subprocess.run([str(self.bin / "initdb"), "-D", str(data), "-U", "outlive",
+                                "--auth=trust", "-E", "UTF8", "--no-sync"],
+                               check=True, stdout=log, stderr=log, user=self._user, cwd=self.base)
+        self.proc = self.spawn(
             [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.base}",
              "-c", "max_connections=200", "-c", "fsync=on"],
-            stdout=log, stderr=log, user=self._user, cwd=self.base)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BackendUnavailable(f"postgres exited: see {self.base / 'server.log'}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    pass
-                if self._ready():
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise BackendUnavailable(f"postgres did not start in {timeout}s: {self.base}/server.log")
+            user=self._user, cwd=self.base)
+        try:
+            wait_until(lambda: port_open(self.port, timeout=0.2) and self._ready(),
+                       what="postgres", timeout=timeout or self.ready_timeout, proc=self.proc,
+                       log=self.log_tail, interval=0.1)
+        except BackendUnavailable:
+            self.stop()
+            raise
+        return self
 
     def _ready(self) -> bool:
         import psycopg
@@ -123,40 +119,37 @@ class PostgresServer:
 
         with psycopg.connect(self.conninfo(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
-        return self.url(name)
+        return self.db_url(name)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # "fast" shutdown, by our own PID
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        """Stop by our own PID (SIGINT: PostgreSQL's "fast" shutdown); keep the data."""
+        stop_process(self.proc, sig=signal.SIGINT, timeout=20)
         self.proc = None
-        if self._owned:
-            shutil.rmtree(self.base, ignore_errors=True)
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
 
-def main(argv: list[str] | None = None, *, scheme: str = "postgresql") -> int:
-    """Start a server, run the command after ``--`` with ``{url}`` filled in, stop the server."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--"]:
-        args = args[1:]
-    with PostgresServer(scheme=scheme) as server:
-        url = server.create_database("outlive")
-        cmd = [a.replace("{url}", url) for a in args]
-        if not cmd:
-            print(url, flush=True)
-            return 0
-        return subprocess.call(cmd)
+class _WithDatabase(PostgresServer):
+    """The command line's server: its URL names a fresh database ``outlive``."""
+
+    def start(self, timeout: float | None = None) -> Self:
+        super().start(timeout)
+        self.create_database("outlive")
+        return self
+
+    @property
+    def url(self) -> str:
+        return self.db_url("outlive")
+
+
+def main(argv: Sequence[str] | None = None, *, scheme: str = "postgresql") -> int:
+    """``python -m outlive._pgserver [OPTIONS] [-- CMD ... {url} ...]``."""
+    module = "outlive._pgserver" if scheme == "postgresql" else "outlive_langgraph.pgserver"
+    return launcher_main(
+        lambda base_dir, ready_timeout: _WithDatabase(base_dir=base_dir, scheme=scheme,
+                                                      ready_timeout=ready_timeout),
+        prog=f"python -m {module}",
+        description=f"A throwaway PostgreSQL (initdb in its own directory, a free loopback port, "
+                    f"an empty database 'outlive', {scheme}:// URLs), stopped by its PID on exit.",
+        argv=argv)
 
 
 if __name__ == "__main__":

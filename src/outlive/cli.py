@@ -175,10 +175,15 @@ def _failing(name: str, message: str) -> click.Command:
 def _setup_logging(verbose: int) -> None:
     if verbose <= 0:
         return
-    from rich.logging import RichHandler
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
 
-    handler = RichHandler(console=_stderr_console(), show_path=False, markup=False)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+        handler = RichHandler(console=_stderr_console(), show_path=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:   # one line per record, for files and pipes
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger("outlive")
     root.addHandler(handler)
     root.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
@@ -221,16 +226,17 @@ def _demo_text(result: Any, state: Any) -> None:
 
 
 @contextlib.contextmanager
-def _engine_url(engine: str, db: str | None, folder: str) -> Iterator[str]:
-    """The backend URL for ``engine``, starting (and finally stopping) its server if it has one."""
+def _engine_url(engine: str, db: str | None) -> Iterator[str]:
+    """The backend URL for ``engine``. A server is started on free loopback ports in a temp dir
+    of its own and stopped (its dir removed) on exit; a SQLite file is kept for ``inspect``."""
     from ._launch import start_engine
 
-    if engine == "sqlite":
-        yield f"sqlite:///{os.path.abspath(db or os.path.join(folder, 'outlive.db'))}"
-    elif engine == "langgraph":
-        yield f"langgraph+sqlite:///{os.path.abspath(db or os.path.join(folder, 'langgraph.db'))}"
+    if engine in ("sqlite", "langgraph"):
+        name = "outlive.db" if engine == "sqlite" else "langgraph.db"
+        path = os.path.abspath(db or os.path.join(tempfile.mkdtemp(prefix="outlive-demo-"), name))
+        yield f"{'sqlite' if engine == 'sqlite' else 'langgraph+sqlite'}:///{path}"
     else:
-        with start_engine(engine, os.path.join(folder, engine)) as server:
+        with start_engine(engine) as server:
             yield server.url
 
 
@@ -273,8 +279,7 @@ def demo(engine: str, db: str | None, as_json: bool, out: str | None) -> int:
         emit_json({**result.as_dict(), "state": plain(state)}, as_json=as_json, out=out)
         return EXIT_OK if result.clean else EXIT_BROKEN
 
-    folder = tempfile.mkdtemp(prefix="outlive-demo-")
-    with _engine_url(engine, db, folder) as url:
+    with _engine_url(engine, db) as url:
         return run_async(go(url))
 
 

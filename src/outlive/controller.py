@@ -11,9 +11,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from . import _observe
 from . import ledger as L
 from .backend import Backend
-from .errors import NotFound
+from .errors import NotFound, OutliveError
 from .hashing import content_hash
 from .records import (
     Acceptance,
@@ -55,21 +56,24 @@ class Controller:
 
     async def open_work(self, work_id: str, policy: Policy | None = None, *,
                         epoch_floor: int = 0) -> None:
-        await self.backend.execute(
+        await _observe.execute(self.backend,
             work_id, L.OpenWork(policy=policy or Policy(), epoch_floor=epoch_floor))
 
     async def publish(self, work_id: str, version: str, parts: Mapping[str, Any]) -> InputVersion:
         """Publish an immutable input version (part name -> content); it becomes current."""
         hashes = {name: content_hash(value) for name, value in parts.items()}
-        out = await self.backend.execute(
+        out = await _observe.execute(self.backend,
             work_id, L.PublishInput(version=version, parts=hashes, at=self.clock()))
         rec: InputVersion = out.record
         return rec
 
+    @_observe.traced("outlive.admit", lambda self, work_id, **kw: {"work_id": work_id, **kw},
+                    lambda self, att, *a, **kw: {"attempt": att.number, "token": att.token,
+                                                 "version": att.pinned_version})
     async def admit(self, work_id: str, *, pin: str | None = None,
                     request_id: str | None = None) -> Attempt:
         """Write the attempt record and publish its epoch; dispatch only after this returns."""
-        out = await self.backend.execute(
+        out = await _observe.execute(self.backend,
             work_id, L.Admit(at=self.clock(), pin=pin, request_id=request_id))
         rec: Attempt = out.record
         return rec
@@ -90,15 +94,20 @@ class Controller:
             unheard = att.state is AttemptState.ADMITTED and self.start_grace is not None
             if L.is_leased(att) and now - att.last_heartbeat > (
                     max(limit, self.start_grace or 0) if unheard else limit):
-                out = await self.backend.execute(work_id, L.MarkUnknown(attempt=att.number, at=now))
+                out = await _observe.execute(self.backend, work_id, L.MarkUnknown(attempt=att.number, at=now))
                 marked.append(out.record)
         return marked
 
     async def stop(self, work_id: str, attempt: int) -> Attempt:
-        out = await self.backend.execute(work_id, L.MarkStopped(attempt=attempt, at=self.clock()))
+        out = await _observe.execute(self.backend, work_id, L.MarkStopped(attempt=attempt, at=self.clock()))
         rec: Attempt = out.record
         return rec
 
+    @_observe.traced("outlive.acceptance",
+                    lambda self, work_id, digest, contract, *a, **kw: {
+                        "work_id": work_id, "digest": digest,
+                        "contract": f"{contract.name}@{contract.version}"},
+                    lambda self, acc, *a, **kw: {"version": acc.version, "attempt": acc.attempt})
     async def assess(self, work_id: str, digest: str, contract: Contract,
                      assessor: Assessor, state: WorkState | None = None) -> Acceptance:
         """Check owner, version and part hashes first, then run the assessor, then record.
@@ -110,13 +119,17 @@ class Controller:
         done = L.accepted(st, digest, contract)
         if done is not None:
             return done
-        cand = L.check_acceptable(st, digest)
+        try:
+            cand = L.check_acceptable(st, digest)
+        except OutliveError as exc:   # refused before the assessor runs: nothing is written
+            _observe.rejected(work_id, "Accept", exc, digest=digest)
+            raise
         version = st.version(cand.version) if cand.version else None
         verdict = assessor(cand, version)
         if inspect.isawaitable(verdict):
             verdict = await verdict
         ok, reason = verdict
-        out = await self.backend.execute(
+        out = await _observe.execute(self.backend,
             work_id, L.Accept(digest=digest, contract=contract, verdict=bool(ok), reason=reason,
                               at=self.clock()))
         rec: Acceptance = out.record

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from . import _observe
 from . import ledger as L
 from .backend import Backend
 from .controller import Assessor, Controller, wall_clock_ms
@@ -555,8 +556,8 @@ class Supervisor:
             if att.number in seen or not L.is_leased(att):
                 continue
             if self.dispatcher.gone(Assignment.of(self.backend, self.definition, att)):
-                out = await self.backend.execute(
-                    self.work_id, L.MarkUnknown(attempt=att.number, at=self.clock()))
+                out = await _observe.execute(
+                    self.backend, self.work_id, L.MarkUnknown(attempt=att.number, at=self.clock()))
                 if out.kind == "unknown":
                     marked.append(out.record)
         for att in marked:

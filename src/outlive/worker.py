@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import _observe
 from . import ledger as L
 from .backend import Backend, StepCall
 from .errors import EffectAmbiguous, InvalidRecord, NotFound, VersionMismatch
@@ -123,7 +124,7 @@ class Worker:
         return self._state
 
     async def _call(self, cmd: L.Command) -> L.Outcome:
-        return await self.backend.execute(self.work_id, cmd)
+        return await _observe.execute(self.backend, self.work_id, cmd)
 
     def _prepare(self, name: str, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> _Prepared:
         sources = {k: content_hash(v) for k, v in inputs.items()}
@@ -159,6 +160,10 @@ class Worker:
         self._remember(p, entry.result, entry.result_id, restored=True)
         return True
 
+    @_observe.traced("outlive.step",
+                    lambda self, name, *a, **kw: {"work_id": self.work_id, "step": name,
+                                                  "attempt": self.attempt.number},
+                    lambda self, result, name, *a, **kw: {"restored": self.steps[name].restored})
     async def step(self, name: str, fn: Callable[..., Any], /, **inputs: Any) -> Any:
         """Restore ``name`` if the journal holds its input key, else run ``fn(**inputs)``.
 
@@ -169,7 +174,7 @@ class Worker:
         if self._restore(p):
             return self._results[name]
         if self.persist == "step":
-            result, _ = await self.backend.run_and_record(p.call, p.body, p.record)
+            result, _ = await _observe.run_and_record(self.backend, p.call, p.body, p.record)
         else:
             result = await self.backend.run_step(p.call, p.body)
             L.check_size(result, f"result of step {name!r}")
@@ -177,6 +182,12 @@ class Worker:
         self._remember(p, result, p.rid, restored=False)
         return result
 
+    @_observe.traced("outlive.steps",
+                    lambda self, plan: {"work_id": self.work_id, "attempt": self.attempt.number,
+                                        "steps": [name for name, *_ in plan]},
+                    lambda self, result, plan: {
+                        "restored": [n for n, *_ in plan if self.steps[n].restored],
+                        "run": [n for n, *_ in plan if not self.steps[n].restored]})
     async def run_steps(self, plan: Sequence[tuple[str, Callable[..., Any], Mapping[str, Any]]]) \
             -> list[Any]:
         """Run a known sequence of steps: restore what matches, run the rest as one batch.
@@ -192,8 +203,8 @@ class Worker:
                 if not self._restore(p)]
         if todo:
             try:
-                results = await self.backend.run_and_record_many(
-                    [p.call for p in todo], [p.body for p in todo], [p.record for p in todo])
+                results = await _observe.run_and_record_many(
+                    self.backend, [p.call for p in todo], [p.body for p in todo], [p.record for p in todo])
             except BaseException:
                 # The steps before the failure are journaled: re-read, so a retry restores them
                 # instead of calling the model again.
@@ -269,6 +280,10 @@ class Worker:
         sources = {k: content_hash(v) for k, v in inputs.items()}
         return self._st().lookup(name, input_key(name, sources)) is not None
 
+    @_observe.traced("outlive.candidate",
+                    lambda self, *a, **kw: {"work_id": self.work_id,
+                                            "attempt": self.attempt.number},
+                    lambda self, cand, *a, **kw: {"digest": cand.digest, "version": cand.version})
     async def candidate(self, content: Any, steps: Sequence[str] | None = None) -> Candidate:
         """Submit the finished output built from ``steps`` (default: every step, in order)."""
         names = list(steps) if steps is not None else list(self._parts)
@@ -291,6 +306,12 @@ class Worker:
         return [e for e in self._st().effects
                 if e.state in (EffectState.INTENDED, EffectState.AMBIGUOUS)]
 
+    @_observe.traced("outlive.effect",
+                    lambda self, op_key, *a, **kw: {"work_id": self.work_id, "op_key": op_key,
+                                                    "attempt": self.attempt.number},
+                    lambda self, receipt, *a, **kw: {
+                        "effect_id": getattr(receipt, "effect_id", None),
+                        "duplicate": getattr(receipt, "duplicate", None)})
     async def effect(self, op_key: str, payload: Any, send: Sender, *,
                      send_key: Any = KEEP) -> Receipt:
         """Record the intent, send with the operation key, record the receiver's answer.

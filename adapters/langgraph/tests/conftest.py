@@ -34,4 +34,4 @@ def pg_server() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
-        server.stop()
+        server.cleanup()

@@ -32,7 +32,7 @@ def _second(db: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("reported", ["s2", "s3"])
 def test_kill_right_after_a_step_returns_loses_nothing_reported(
         tmp_path: Path, reported: str) -> None:
-    """Pitfall 14: LangGraph writes the task result in the background; outlive's fenced write has
+    """LangGraph writes the task result in the background; outlive's fenced write has
     committed before ``step`` returns, so a SIGKILL at that instant loses no reported step."""
     db = tmp_path / "lg.db"
     proc = subprocess.run([sys.executable, CHILD, "first", str(db), f"kill-after:{reported}"],
@@ -62,7 +62,7 @@ def test_kill_right_after_an_outlive_task_returns_in_an_entrypoint(tmp_path: Pat
     got = _second(db)
     assert got["journal_before"] == ["s1", "s2"], "outlive lost nothing that was reported done"
     assert got["restored"] == ["s1", "s2"] and got["calls"] == ["s3", "s4"]
-    assert lg_saved <= 2  # LangGraph's own record may or may not have landed (pitfall 14)
+    assert lg_saved <= 2  # LangGraph's own record may or may not have landed yet
     print(f"LangGraph had saved {lg_saved} of the 2 reported task results")
 
 

@@ -96,7 +96,8 @@ def print_summary(s: RunSummary) -> None:
 @out_option("the run's outcome summary")
 def run(scenario: str, backend: str, sets: tuple[str, ...], work_id: str | None, svg: str | None,
         as_json: bool, out: str | None) -> int:
-    """Run SCENARIO (q3-report, or a scenario file) once under the chosen switches and judge it.
+    """Run SCENARIO (a shipped one such as q3-report, or a scenario file) once under the chosen
+    switches and judge it.
     Exit status 1 if any invariant breaks (as it should with a protection switched off)."""
     sc = load(scenario)
     sw = switches(sc, sets)
@@ -127,7 +128,8 @@ def run(scenario: str, backend: str, sets: tuple[str, ...], work_id: str | None,
 @click.command()
 @backend_option()
 @click.option("--scenario", default="q3-report", show_default=True, metavar="SCENARIO",
-              help="q3-report, or the path of a scenario file.")
+              help=f"A shipped scenario ({', '.join(scenarios.shipped())}) or the path of a "
+                   "scenario file.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
               help="How many runs at once (each under its own work id).")
 @click.option("--namespace", metavar="NS",

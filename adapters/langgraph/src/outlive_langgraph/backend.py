@@ -37,7 +37,7 @@ from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
 
 from outlive._memory import MemoryBackend
-from outlive.backend import Backend, StepCall
+from outlive.backend import Backend, StepCall, url_options
 from outlive.errors import BackendUnavailable, ConfigError, InvalidRecord
 from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
@@ -61,8 +61,8 @@ def step_thread_id(work_id: str, attempt: int) -> str:
 
 
 def _durability(url: str) -> Durability:
-    query = parse_qs(urlsplit(url).query)
-    value = query.get("durability", ["sync"])[-1]
+    """The only URL option of every langgraph+ scheme; any other option is refused."""
+    value = url_options(url, ("durability",)).get("durability", "sync")
     for known in DURABILITIES:
         if value == known:
             return known

@@ -24,6 +24,7 @@ class PostgresServer(_CoreServer):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m outlive_langgraph.pgserver [OPTIONS] [-- CMD ... {url} ...]``."""
     return _main(argv, scheme=PostgresServer.scheme)
 
 

