@@ -27,7 +27,6 @@ import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig

@@ -32,8 +32,8 @@ import click
 import httpx
 
 from outlive._launch import (
-    LaunchError,
     Launcher,
+    LaunchError,
     free_port,
     launcher_main,
     port_open,
