@@ -20,7 +20,7 @@ from typing import Any
 
 from .backend import Backend
 from .controller import Controller
-from .errors import EffectAmbiguous, StaleOwner
+from .errors import EffectAmbiguous, StaleOwner, WorkExists
 from .hashing import short
 from .receiver import MemoryReceiver
 from .records import Candidate, Contract, InputVersion, Policy, Receipt, WorkState
@@ -159,8 +159,6 @@ async def main_run(backend: Backend, *, work_id: str = WORK_ID,
                            "finished")
 
     if await backend.load(work_id) is not None:
-        from .errors import WorkExists
-
         raise WorkExists(f"{backend.url} already holds {work_id}; use a fresh backend",
                          work_id=work_id)
     await ctl.open_work(work_id, Policy(), epoch_floor=EPOCH_FLOOR)
