@@ -161,7 +161,7 @@ def test_effect_intent_then_confirmation_and_a_confirmed_key_is_not_resent() -> 
                                         sent_key="k", at=4), work_id="w")
     assert out.kind == "confirmed" and out.record.receipt == r
     rejects(st, L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest="other",
-                               sent_key="k", at=4), E.InvalidRecord)
+                               sent_key="k", at=4), E.EffectConflict)
 
 
 def test_confirming_without_an_intent_is_refused() -> None:

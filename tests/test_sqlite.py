@@ -142,7 +142,8 @@ HAMMER = textwrap.dedent("""
         st = await b.load("w")
         att = st.attempts[0]
         for i in range(int(sys.argv[2])):
-            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=i))
+            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=i,
+                                             secret=sys.argv[3] or None))
         await b.close()
     asyncio.run(main())
 """)
@@ -154,10 +155,11 @@ async def test_concurrent_processes_lose_no_command(tmp_path: Path) -> None:
     ctl = Controller(b, clock=lambda: 0)
     await ctl.open_work("w")
     await ctl.publish("w", "v1", {"s1": "x"})
-    await ctl.admit("w")
+    att = await ctl.admit("w")
     before = await b.load("w")
     assert before is not None
-    procs = [subprocess.Popen([sys.executable, "-c", HAMMER, url, "150"]) for _ in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-c", HAMMER, url, "150", att.secret or ""])
+             for _ in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     after = await b.load("w")
     await b.close()
@@ -206,7 +208,7 @@ async def _busy_work(url: str) -> outlive.Backend:
     ctl = Controller(b, clock=lambda: 0)
     await ctl.open_work("busy")
     await ctl.publish("busy", "v1", {"s1": "x"})
-    await ctl.admit("busy")
+    await ctl.admit("busy", keyed=False)   # the child process rebuilds the attempt from the file
     return b
 
 
@@ -216,12 +218,13 @@ async def _other_works_commit(b: outlive.Backend, n: int) -> None:
         await ctl.open_work(f"other-{i}")
         await ctl.publish(f"other-{i}", "v1", {"s1": "x"})
         att = await ctl.admit(f"other-{i}")
-        await b.execute(f"other-{i}", L.Heartbeat(attempt=att.number, token=att.token, at=1))
+        await b.execute(f"other-{i}", L.Heartbeat(attempt=att.number, token=att.token, at=1,
+                                                   secret=att.secret))
 
 
 async def test_a_worker_paused_mid_command_does_not_stop_the_others(tmp_path: Path) -> None:
     """SIGSTOP a real worker process between its read and its write: every other work commits,
-    and the controller marks the paused worker's own attempt unknown (no lock is held)."""
+    and the controller can mark the paused worker's own attempt unknown (no lock is held)."""
     url = f"sqlite:///{tmp_path / 'o.db'}"
     b = await _busy_work(url)
     b.lock_timeout = 10.0     # were the file wedged, this would raise instead of committing
@@ -239,13 +242,14 @@ async def test_a_worker_paused_mid_command_does_not_stop_the_others(tmp_path: Pa
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-    # The paused heartbeat lost the compare-and-set, was re-applied to the new state, and the
-    # ledger dropped it: the attempt is unknown, beats after the pause are ignored.
-    assert kinds == ["beat"] * 3 + ["ignored"] * 5
+    # The paused heartbeat lost the compare-and-set and was re-applied to the new state: the
+    # attempt had been marked unknown, but no successor was admitted, so its beat revives it
+    # (the ledger says so: "revived", and the worker is told it still holds the work).
+    assert kinds == ["beat"] * 3 + ["revived"] + ["beat"] * 4
     st = await b.load("busy")
     await b.close()
-    assert st is not None and st.attempts[0].state.value == "unknown"
-    assert st.attempts[0].heartbeats == 3
+    assert st is not None and st.attempts[0].state.value == "running"
+    assert st.attempts[0].heartbeats == 8
 
 
 async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
@@ -316,12 +320,13 @@ async def _wal_bytes_of_a_heartbeat(path: Path, candidates: int, size: int) -> t
             digest = L.candidate_digest("w", "v1", (part,), content)
             await b.execute("w", L.SubmitCandidate(attempt=att.number, token=att.token,
                                                    digest=digest, parts=(part,), content=content,
-                                                   at=2))
+                                                   at=2, secret=att.secret))
         side = sqlite3.connect(path)
         side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         wal = Path(f"{path}-wal")
         assert wal.stat().st_size == 0
-        await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=3))
+        await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=3,
+                                         secret=att.secret))
         written = wal.stat().st_size
         side.close()
         assert isinstance(b, outlive._sqlite.SqliteBackend)  # type: ignore[attr-defined]
@@ -363,7 +368,7 @@ async def test_disk_full_is_backend_unavailable_and_says_nothing_landed(tmp_path
         content = {"text": "c" * 200_000}
         cmd = L.SubmitCandidate(attempt=att.number, token=att.token, parts=(part,),
                                 digest=L.candidate_digest("w", "v1", (part,), content),
-                                content=content, at=2)
+                                content=content, at=2, secret=att.secret)
         sb: Any = b
         pages = await sb._call(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
         await sb._call(lambda c: c.execute(f"PRAGMA max_page_count={pages + 2}"))

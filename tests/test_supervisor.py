@@ -130,7 +130,7 @@ async def test_waiting_is_not_silence(backend: outlive.Backend) -> None:
     await sup.controller.publish("digest/q3", "v1", V1)
     att = await sup.controller.admit("digest/q3")
     await backend.execute("digest/q3", L.Wait(attempt=1, token=att.token, reason="approval by a person",
-                                              at=0))
+                                              at=0, secret=att.secret))
     clock[0] = 10 * LEASE.timeout
     status = await sup.tick()
     waiting = status.state.attempt(1)
@@ -138,10 +138,12 @@ async def test_waiting_is_not_silence(backend: outlive.Backend) -> None:
     assert waiting.waiting_for == "approval by a person"
     assert status.actions == ()
     # a beat keeps it waiting; a write or Resume ends the wait
-    await backend.execute("digest/q3", L.Heartbeat(attempt=1, token=att.token, at=clock[0]))
+    await backend.execute("digest/q3", L.Heartbeat(attempt=1, token=att.token, at=clock[0],
+                                                   secret=att.secret))
     st = await backend.load("digest/q3")
     assert st is not None and st.attempts[0].state is outlive.AttemptState.WAITING
-    await backend.execute("digest/q3", L.Resume(attempt=1, token=att.token, at=clock[0]))
+    await backend.execute("digest/q3", L.Resume(attempt=1, token=att.token, at=clock[0],
+                                                secret=att.secret))
     clock[0] += LEASE.timeout + 1
     status = await sup.tick()
     assert status.actions[0] == "marked #1 unknown (silent)"

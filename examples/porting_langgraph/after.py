@@ -52,8 +52,11 @@ class Feed:
         return post_id
 
 
-class PosterDied(Exception):
-    """The process died right after the feed applied the post, before anything was recorded."""
+class PosterDied(BaseException):
+    """The process died right after the feed applied the post, before anything was recorded.
+
+    A death, not a transport failure (which the worker reports as ``EffectAmbiguous``).
+    """
 
 
 @dataclass
@@ -72,7 +75,7 @@ def revenue(text: str) -> str:
 
 
 def build(backend: LangGraphBackend, world: World) -> tuple[Any, Any]:
-    @outlive_task(step=lambda section, **_: section)            # was: @task
+    @outlive_task(step=lambda section, **_: section, external=("section",))  # was: @task
     async def summarise(section: str, text: str) -> str:        # inputs declared = the key
         world.calls.append(text)
         if text == world.pause_on and not world.paused.is_set():

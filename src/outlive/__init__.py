@@ -43,7 +43,7 @@ from .supervisor import (
     TaskDispatcher,
     WorkDefinition,
 )
-from .worker import KEEP, Worker
+from .worker import KEEP, External, Worker
 
 __version__ = "0.1.0"
 
@@ -64,6 +64,7 @@ __all__ = [
     "Dispatcher",
     "Effect",
     "EffectState",
+    "External",
     "InputVersion",
     "JournalEntry",
     "LatestAccepted",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import time
 
 from .backend import Backend, url_options
-from .ledger import Command, Outcome, apply, changed
+from .ledger import Command, Outcome, apply, changed, check_work_id
 from .records import WorkState
 
 
@@ -21,15 +23,18 @@ class MemoryBackend(Backend):
         self._lock = asyncio.Lock()
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
+        check_work_id(work_id)
         async with self._lock:
             state = self._works.get(work_id)
-            new, outcome = apply(state, command, work_id=work_id)
+            new, outcome = apply(state, command, work_id=work_id, now=int(time.time() * 1000))
             if changed(state, new):
                 self._works[work_id] = new
             return outcome
 
     async def load(self, work_id: str) -> WorkState | None:
-        return self._works.get(work_id)
+        """A copy: nothing a caller does to it reaches the stored state."""
+        check_work_id(work_id)
+        return copy.deepcopy(self._works.get(work_id))
 
     async def works(self) -> list[str]:
         return sorted(self._works)

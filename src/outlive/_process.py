@@ -30,6 +30,9 @@ __all__ = ["SubprocessDispatcher", "worker_argv", "worker_main"]
 
 log = logging.getLogger("outlive.worker")
 
+#: The environment variable that carries the secret part of the attempt's token to its process.
+SECRET_ENV = "OUTLIVE_TOKEN_SECRET"
+
 #: The contract a worker process is given: runners never judge, the supervisor does.
 _UNJUDGED = Contract(name="judged-by-the-supervisor", version="-", assessor="-")
 
@@ -110,7 +113,8 @@ class SubprocessDispatcher(Dispatcher):
         path = self.log_path(assignment)
         proc = await self._adopt_spare(assignment, path) if self.warm else None
         if proc is None:
-            proc = await self._spawn(worker_argv(assignment), path)
+            # The token's secret goes by the environment, never the command line (``ps``).
+            proc = await self._spawn(worker_argv(assignment), path, secret=assignment.secret)
         self.procs[key] = proc
         watcher = asyncio.create_task(self._watch(key, proc))
         self._watchers.add(watcher)
@@ -119,7 +123,8 @@ class SubprocessDispatcher(Dispatcher):
             await self._start_spare(assignment)
 
     async def _spawn(self, argv: list[str], path: Path | None,
-                     stdin: int = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+                     stdin: int = asyncio.subprocess.DEVNULL,
+                     secret: str | None = None) -> asyncio.subprocess.Process:
         out: IO[bytes] | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +132,8 @@ class SubprocessDispatcher(Dispatcher):
         try:
             return await asyncio.create_subprocess_exec(
                 self.python, "-m", "outlive", "worker", *argv,
-                cwd=self.cwd, env=self.env, stdin=stdin,
+                cwd=self.cwd, env=self.env if secret is None else {**self.env, SECRET_ENV: secret},
+                stdin=stdin,
                 stdout=out, stderr=asyncio.subprocess.STDOUT if out is not None else None)
         finally:
             if out is not None:
@@ -156,7 +162,8 @@ class SubprocessDispatcher(Dispatcher):
             spare_log.rename(path)     # the process keeps writing to the same file, renamed
         d = assignment.definition
         line = json.dumps({"work": assignment.work_id, "attempt": assignment.attempt,
-                           "token": assignment.token, "persist": d.persist,
+                           "token": assignment.token, "secret": assignment.secret,
+                           "persist": d.persist,
                            "heartbeat": d.lease.heartbeat_interval, "inputs": d.inputs_ref,
                            "arg": list(d.args)})
         try:
@@ -247,7 +254,8 @@ async def run_worker(args: argparse.Namespace) -> int:
         persist=args.persist, lease=Lease(heartbeat_interval=args.heartbeat), args=tuple(args.arg))
     assignment = Assignment(backend_url=args.backend, work_id=args.work, attempt=args.attempt,
                             token=args.token, pinned_version=None, function=args.function,
-                            definition=definition)
+                            definition=definition,
+                            secret=getattr(args, "secret", None) or os.environ.get(SECRET_ENV) or None)
     tag = f"attempt #{args.attempt} of {args.work} (token {args.token}, pid {os.getpid()})"
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()

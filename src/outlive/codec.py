@@ -2,6 +2,11 @@
 
 Engines move data as JSON (Temporal payloads, Restate state, SQLite text). The tags make decoding
 exact without type hints: dataclasses, tuples, enums and user dicts each round-trip to themselves.
+Decoding checks every record's fields against their types, so malformed text (a bad enum, an
+epoch as a string) is a typed :class:`~outlive.errors.InvalidRecord`, never a record that looks
+valid; a store that decodes its own rows reports it as :class:`~outlive.errors.CorruptRecord`
+naming the work. Values nested deeper than the ledger accepts are refused, never a
+``RecursionError``.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from enum import Enum
 from typing import Any
 
 from . import ledger, records
+from ._check import check_fields
 from .errors import InvalidRecord
+from .hashing import MAX_DEPTH
 
 __all__ = ["decode", "dumps", "encode", "loads"]
 
@@ -24,7 +31,13 @@ for _mod in (records, ledger):
             _TYPES[_obj.__name__] = _obj
 
 
-def encode(value: Any) -> Any:
+#: Records wrap user values a few levels deep (state -> journal -> entry -> result).
+_MAX_NESTING = MAX_DEPTH + 20
+
+
+def encode(value: Any, _depth: int = 0) -> Any:
+    if _depth > _MAX_NESTING:
+        raise InvalidRecord(f"cannot encode a value nested more than {MAX_DEPTH} deep")
     if isinstance(value, Enum):
         return {"@e": type(value).__name__, "v": value.value}
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -32,39 +45,59 @@ def encode(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             "@t": type(value).__name__,
-            "v": {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)},
+            "v": {f.name: encode(getattr(value, f.name), _depth + 1)
+                  for f in dataclasses.fields(value)},
         }
     if isinstance(value, tuple):
-        return {"@l": [encode(v) for v in value]}
+        return {"@l": [encode(v, _depth + 1) for v in value]}
     if isinstance(value, list):
-        return [encode(v) for v in value]
+        return [encode(v, _depth + 1) for v in value]
     if isinstance(value, dict):
-        return {"@d": {str(k): encode(v) for k, v in value.items()}}
+        return {"@d": {str(k): encode(v, _depth + 1) for k, v in value.items()}}
     raise InvalidRecord(f"cannot encode {type(value).__name__}")
 
 
-def decode(value: Any) -> Any:
+def decode(value: Any, _depth: int = 0) -> Any:
+    """The value ``encode`` made; :class:`~outlive.errors.InvalidRecord` for anything else."""
+    if _depth > _MAX_NESTING:
+        raise InvalidRecord(f"a record nested more than {MAX_DEPTH} deep")
     if isinstance(value, list):
-        return [decode(v) for v in value]
+        return [decode(v, _depth + 1) for v in value]
     if not isinstance(value, dict):
         return value
     if "@d" in value:
-        return {k: decode(v) for k, v in value["@d"].items()}
+        inner = value["@d"]
+        if not isinstance(inner, dict):
+            raise InvalidRecord("a tagged mapping that is not a mapping")
+        return {k: decode(v, _depth + 1) for k, v in inner.items()}
     if "@l" in value:
-        return tuple(decode(v) for v in value["@l"])
+        items = value["@l"]
+        if not isinstance(items, list):
+            raise InvalidRecord("a tagged tuple that is not a list")
+        return tuple(decode(v, _depth + 1) for v in items)
     if "@t" in value:
-        cls = _TYPES.get(value["@t"])
-        if cls is None:
-            raise InvalidRecord(f"unknown record type {value['@t']!r}")
+        name = value["@t"]
+        cls = _TYPES.get(name) if isinstance(name, str) else None
+        if cls is None or not isinstance(value.get("v"), dict):
+            raise InvalidRecord(f"unknown or malformed record type {name!r}")
         try:
-            return cls(**{k: decode(v) for k, v in value["v"].items()})
+            rec = cls(**{k: decode(v, _depth + 1) for k, v in value["v"].items()})
+            if cls is not ledger.Outcome:   # an answer carrying any record, not a stored record
+                check_fields(rec)
         except TypeError as exc:
-            raise InvalidRecord(f"malformed {value['@t']}: {exc}") from exc
+            raise InvalidRecord(f"malformed {name}: {exc}") from exc
+        except InvalidRecord as exc:
+            raise InvalidRecord(f"malformed {name}: {exc.message}") from exc
+        return rec
     if "@e" in value:
-        cls = _TYPES.get(value["@e"])
+        name = value["@e"]
+        cls = _TYPES.get(name) if isinstance(name, str) else None
         if cls is None:
-            raise InvalidRecord(f"unknown enum {value['@e']!r}")
-        return cls(value["v"])
+            raise InvalidRecord(f"unknown enum {name!r}")
+        try:
+            return cls(value.get("v"))
+        except ValueError as exc:
+            raise InvalidRecord(f"{name} has no value {value.get('v')!r}") from exc
     raise InvalidRecord("untagged mapping in encoded record")
 
 
@@ -75,6 +108,6 @@ def dumps(value: Any) -> str:
 def loads(text: str | bytes) -> Any:
     try:
         raw = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(f"corrupt record: {exc}") from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidRecord(f"corrupt record: {type(exc).__name__}: {str(exc)[:200]}") from exc
     return decode(raw)

@@ -7,8 +7,10 @@ so a restarted controller carries on from the backend (and the epoch keeps incre
 from __future__ import annotations
 
 import inspect
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from . import _observe
@@ -71,11 +73,21 @@ class Controller:
                     lambda self, att, *a, **kw: {"attempt": att.number, "token": att.token,
                                                  "version": att.pinned_version})
     async def admit(self, work_id: str, *, pin: str | None = None,
-                    request_id: str | None = None) -> Attempt:
-        """Write the attempt record and publish its epoch; dispatch only after this returns."""
-        out = await _observe.execute(self.backend,
-            work_id, L.Admit(at=self.clock(), pin=pin, request_id=request_id))
-        rec: Attempt = out.record
+                    request_id: str | None = None, keyed: bool = True) -> Attempt:
+        """Write the attempt record and publish its epoch; dispatch only after this returns.
+
+        The returned attempt carries the secret part of its token (the ledger keeps only its
+        hash): hand it to exactly one worker. Retrying with the same ``request_id`` from a
+        restarted controller re-issues the secret while no worker has claimed the attempt, and
+        is refused (:class:`~outlive.errors.AttemptActive`) once one has. ``keyed=False`` admits
+        by the epoch alone, for a runner that cannot be handed the secret.
+        """
+        secret = secrets.token_hex(16) if keyed else None
+        out = await _observe.execute(
+            self.backend, work_id,
+            L.Admit(at=self.clock(), pin=pin, request_id=request_id,
+                    key_hash=L.key_hash(secret) if secret is not None else None))
+        rec: Attempt = replace(out.record, secret=secret)
         return rec
 
     async def state(self, work_id: str) -> WorkState:
@@ -85,7 +97,13 @@ class Controller:
         return st
 
     async def observe(self, work_id: str, state: WorkState | None = None) -> list[Attempt]:
-        """Mark silent attempts ``unknown`` (never failed, never finished); return them."""
+        """Mark silent attempts ``unknown`` (never failed, never finished); return them.
+
+        Silence is measured on this controller's clock from the attempt's last sign of life,
+        whose time the store never takes as later than its own clock. Each mark is a
+        compare-and-set on the attempt's signs of life: an attempt that beat after ``state``
+        was read is left alone.
+        """
         st = state if state is not None else await self.state(work_id)
         now = self.clock()
         limit = self.heartbeat_interval * self.missed_beats
@@ -94,8 +112,10 @@ class Controller:
             unheard = att.state is AttemptState.ADMITTED and self.start_grace is not None
             if L.is_leased(att) and now - att.last_heartbeat > (
                     max(limit, self.start_grace or 0) if unheard else limit):
-                out = await _observe.execute(self.backend, work_id, L.MarkUnknown(attempt=att.number, at=now))
-                marked.append(out.record)
+                out = await _observe.execute(
+                    self.backend, work_id, L.MarkUnknown(attempt=att.number, at=now, signs=att.signs))
+                if out.kind == "unknown":
+                    marked.append(out.record)
         return marked
 
     async def stop(self, work_id: str, attempt: int) -> Attempt:

@@ -10,13 +10,20 @@ caller can write one ``except`` clause whatever engine runs underneath::
     ├── BackendUnavailable           server down or unreachable; nothing was written
     ├── InvalidRecord                malformed command or record; nothing was written
     │   ├── PayloadTooLarge          over MAX_PAYLOAD_BYTES
-    │   └── UndeclaredInput          a step result whose key is not its declared inputs' key
+    │   ├── UndeclaredInput          an input neither declared in the key, nor a part of the
+    │   │                            pinned version, nor declared external
+    │   └── CorruptRecord            a stored record that does not decode to a valid record
     ├── ScenarioError                a scenario file is malformed (names file, field, problem)
     ├── GaveUp                       the supervisor reached its cap on attempts (carries them)
+    ├── EffectAmbiguous              the receiver did not answer, or the sender broke its
+    │                                contract: the intent stays open; resend the same key
     └── Rejected                     the ledger refused a command; nothing was written
         ├── FencingError
         │   ├── StaleOwner           token older than the current epoch
-        │   └── UnknownToken         a token that was never issued (forged, or from the future)
+        │   ├── UnknownToken         a token never issued to this attempt of this work (forged,
+        │   │                        from the future, another work's, or without its secret)
+        │   ├── AttemptEnded         the attempt was stopped or finished: no write authority
+        │   └── AttemptClaimed       a second worker tried to claim an attempt already claimed
         ├── VersionMismatch          built from, or for, another input version
         ├── ContractFailed           the assessor said no
         ├── AttemptActive            a successor while the owner is still live
@@ -24,7 +31,7 @@ caller can write one ``except`` clause whatever engine runs underneath::
         ├── InputConflict            a published version's content cannot change
         ├── NotFound                 unknown work, version, candidate or attempt
         ├── WorkExists               open_work with another policy
-        └── EffectAmbiguous          the receiver did not answer; the intent stays open
+        └── EffectConflict           one operation key, two different payloads
 """
 
 from __future__ import annotations
@@ -33,11 +40,15 @@ from typing import Any
 
 __all__ = [
     "AttemptActive",
+    "AttemptClaimed",
+    "AttemptEnded",
     "AttemptStopped",
     "BackendUnavailable",
     "ConfigError",
     "ContractFailed",
+    "CorruptRecord",
     "EffectAmbiguous",
+    "EffectConflict",
     "FencingError",
     "GaveUp",
     "InputConflict",
@@ -103,6 +114,10 @@ class UndeclaredInput(InvalidRecord):
     """A step result's input key is not the key of its declared inputs."""
 
 
+class CorruptRecord(InvalidRecord):
+    """A stored record does not decode to a valid record (``work_id`` names the work, if known)."""
+
+
 class ScenarioError(OutliveError):
     """A scenario file is malformed; the message names the file, the field and the problem."""
 
@@ -121,6 +136,14 @@ class StaleOwner(FencingError):
 
 class UnknownToken(FencingError):
     """The token was never issued to this attempt (forged, or larger than the epoch)."""
+
+
+class AttemptEnded(FencingError):
+    """The attempt was stopped or finished: it holds no write authority any more."""
+
+
+class AttemptClaimed(FencingError):
+    """The attempt was already claimed by a worker: one token reaches at most one live worker."""
 
 
 class VersionMismatch(Rejected):
@@ -159,6 +182,10 @@ class WorkExists(Rejected):
     """The work is already open with another policy."""
 
 
+class EffectConflict(Rejected):
+    """One operation key was used with two different payloads (by the ledger or a receiver)."""
+
+
 class EffectAmbiguous(OutliveError):
     """The receiver did not answer: the effect may or may not have happened; resend the key."""
 
@@ -167,9 +194,10 @@ _TYPES: dict[str, type[OutliveError]] = {
     cls.__name__: cls
     for cls in (
         OutliveError, ConfigError, UnknownBackend, BackendUnavailable, InvalidRecord,
-        PayloadTooLarge, UndeclaredInput, ScenarioError, Rejected, FencingError, StaleOwner,
-        UnknownToken, VersionMismatch, ContractFailed, AttemptActive, InputConflict, NotFound,
-        WorkExists, EffectAmbiguous, AttemptStopped, GaveUp,
+        PayloadTooLarge, UndeclaredInput, CorruptRecord, ScenarioError, Rejected, FencingError,
+        StaleOwner, UnknownToken, AttemptEnded, AttemptClaimed, VersionMismatch, ContractFailed,
+        AttemptActive, InputConflict, NotFound, WorkExists, EffectAmbiguous, EffectConflict,
+        AttemptStopped, GaveUp,
     )
 }
 

@@ -10,10 +10,13 @@ can never half-write.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from . import errors as E
+from ._check import check_fields, check_id
 from .hashing import canonical, content_hash, input_key
 from .records import (
     Acceptance,
@@ -58,10 +61,14 @@ __all__ = [
     "candidate_digest",
     "changed",
     "check_acceptable",
+    "check_command",
     "check_size",
+    "check_work_id",
     "is_command",
     "is_leased",
     "is_live",
+    "is_settled",
+    "key_hash",
     "reads",
     "result_id",
 ]
@@ -105,21 +112,33 @@ class Admit:
     at: int
     pin: str | None = None
     request_id: str | None = None
+    #: Hash (:func:`key_hash`) of the secret part of the token, issued by whoever admits. An
+    #: attempt admitted without one is fenced by its epoch alone.
+    key_hash: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Heartbeat:
+    """A sign of life. ``claim`` is the worker's first one: an attempt is claimed only once."""
+
     attempt: int
     token: int
     at: int
+    secret: str | None = None
+    claim: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class MarkUnknown:
-    """Silence: the attempt missed its heartbeats. Its open effect intents become ambiguous."""
+    """Silence: the attempt missed its heartbeats. Its open effect intents become ambiguous.
+
+    ``signs`` makes it a compare-and-set: it applies only if the attempt showed no sign of life
+    since the observer read it (None: unconditionally, for an operator who knows it is gone).
+    """
 
     attempt: int
     at: int
+    signs: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +149,7 @@ class Wait:
     token: int
     reason: str
     at: int
+    secret: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +159,7 @@ class Resume:
     attempt: int
     token: int
     at: int
+    secret: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +175,8 @@ class StepWrite:
     input_key: str
     result: Any
     result_id: str
+    #: Input names the caller declared external: not parts of the input version.
+    external: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +187,7 @@ class RecordSteps:
     token: int
     entries: tuple[StepWrite, ...]
     at: int
+    secret: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,6 +201,7 @@ class SubmitCandidate:
     content: Any
     at: int
     flush: tuple[StepWrite, ...] = ()
+    secret: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,12 +217,20 @@ class Accept:
 
 @dataclass(frozen=True, kw_only=True)
 class RecordIntent:
+    """The intent to send ``payload`` under ``op_key``, written before sending.
+
+    ``payload`` is kept with the intent (its hash must be ``payload_digest``), so whoever
+    settles the intent later resends exactly what was intended.
+    """
+
     attempt: int
     token: int
     op_key: str
     payload_digest: str
     sent_key: str | None
     at: int
+    secret: str | None = None
+    payload: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +240,7 @@ class ConfirmEffect:
     op_key: str
     receipt: Receipt
     at: int
+    secret: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +248,7 @@ class Finish:
     attempt: int
     token: int
     at: int
+    secret: str | None = None
 
 
 Command = Union[
@@ -277,11 +312,29 @@ def reads(state: WorkState | None, cmd: Command) -> frozenset[str]:
     simply not found, exactly as with the whole journal.
     """
     del state  # no command reads journal entries that only the state could name
+    check_command(cmd)   # a malformed command is typed here too, before a store looks it up
     if isinstance(cmd, RecordSteps):
         return frozenset(w.result_id for w in cmd.entries)
     if isinstance(cmd, SubmitCandidate):
         return frozenset([*(w.result_id for w in cmd.flush), *(p.result_id for p in cmd.parts)])
     return frozenset()
+
+
+def check_command(cmd: Any) -> None:
+    """Raise :class:`~outlive.errors.InvalidRecord` unless ``cmd`` is a well-formed command.
+
+    Every field is checked against its type (see :func:`apply`); stores may call this before
+    they look anything up for the command.
+    """
+    if not is_command(cmd):
+        raise E.InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
+    check_fields(cmd)
+
+
+def is_settled(effect: Effect | None) -> bool:
+    """Whether the receiver answered for ``effect`` (confirmed, or possibly duplicated): never
+    sent again. An intended or ambiguous effect is open: resend it with the same key."""
+    return effect is not None and effect.state in _SETTLED
 
 
 def is_live(attempt: Attempt | None) -> bool:
@@ -301,6 +354,15 @@ def changed(before: WorkState | None, after: WorkState) -> bool:
     ``seq``). A work that did not exist before always changed: it was just opened.
     """
     return before is None or after is not before
+
+
+def check_work_id(work_id: Any) -> str:
+    """A work id every backend can store: a non-empty, valid Unicode string (else InvalidRecord).
+
+    Stores call this before they look anything up, so a bad id gets the same typed answer
+    everywhere.
+    """
+    return check_id(work_id, "work_id")
 
 
 def check_size(value: Any, what: str) -> int:
@@ -330,39 +392,98 @@ def accepted(state: WorkState, digest: str, contract: Contract) -> Acceptance | 
 
 
 # -- helpers -----------------------------------------------------------------------------------
+_ENDED = (AttemptState.FINISHED, AttemptState.STOPPED)
+#: Leaves room for 2**32 admissions before an epoch would pass what every store holds.
+_EPOCH_FLOOR_MAX = 2 ** 62
+#: Effect states after the receiver answered: never sent again.
+_SETTLED = (EffectState.CONFIRMED, EffectState.POSSIBLY_DUPLICATED)
+
+
+def key_hash(secret: str) -> str:
+    """How the secret part of a token is stored: SHA-256 of its UTF-8 bytes, hex."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
 def _size(value: Any, what: str) -> None:
     check_size(value, what)
 
 
-def _fence(state: WorkState, attempt_no: int, token: int) -> tuple[Attempt, bool]:
-    """Check the write's owner token. Returns the attempt and whether the write is stale."""
+def _owner(state: WorkState, attempt_no: int, token: int, secret: str | None) -> Attempt:
+    """Authenticate a worker command: the attempt, its token and the token's secret part."""
     att = state.attempt(attempt_no)
     if att is None or att.token != token or token > state.epoch or token <= 0:
         raise E.UnknownToken(
             f"token {token} was never issued to attempt #{attempt_no} of {state.work_id}",
-            token=token, attempt=attempt_no, epoch=state.epoch,
+            token=token, attempt=attempt_no, epoch=state.epoch, work_id=state.work_id,
         )
-    if token < state.epoch:
-        if state.policy.fencing:
-            raise E.StaleOwner(
-                f"attempt #{attempt_no} holds token {token}, but the epoch is {state.epoch}",
-                token=token, attempt=attempt_no, epoch=state.epoch,
-            )
-        return att, True
-    return att, False
+    if att.key_hash is not None and (not isinstance(secret, str) or key_hash(secret) != att.key_hash):
+        raise E.UnknownToken(
+            f"token {token} of attempt #{attempt_no} of {state.work_id} does not carry the secret "
+            "issued with it at admission",
+            token=token, attempt=attempt_no, epoch=state.epoch, work_id=state.work_id,
+        )
+    return att
+
+
+def _fence(state: WorkState, attempt_no: int, token: int,
+           secret: str | None) -> tuple[Attempt, bool]:
+    """Check a write's owner token. Returns the attempt and whether the write is stale."""
+    att = _owner(state, attempt_no, token, secret)
+    if token < state.epoch and state.policy.fencing:
+        raise E.StaleOwner(
+            f"attempt #{attempt_no} holds token {token}, but the epoch is {state.epoch}",
+            token=token, attempt=attempt_no, epoch=state.epoch, work_id=state.work_id,
+        )
+    if att.state in _ENDED:
+        raise E.AttemptEnded(
+            f"attempt #{attempt_no} of {state.work_id} is {att.state.value}: it holds no write "
+            "authority", attempt=attempt_no, state=att.state.value, work_id=state.work_id,
+        )
+    return att, token < state.epoch
 
 
 def _replace_attempt(state: WorkState, att: Attempt) -> tuple[Attempt, ...]:
     return tuple(att if a.number == att.number else a for a in state.attempts)
 
 
-def _touch(state: WorkState, att: Attempt, at: int) -> tuple[Attempt, ...]:
-    """A write is also a sign of life."""
-    if att.state in _LIVE:
-        att = replace(att, state=AttemptState.RUNNING, last_heartbeat=max(att.last_heartbeat, at),
-                      waiting_for=None)
-        return _replace_attempt(state, att)
-    return state.attempts
+def _when(at: int, now: int | None) -> int:
+    """A worker's time, never later than the store's clock (when the store gives one)."""
+    return at if now is None else min(at, now)
+
+
+def _alive(att: Attempt, at: int, *, resume: bool = True) -> Attempt:
+    """A sign of life from the current owner: running again (even after ``unknown``).
+
+    A write ends a wait (``resume``); a heartbeat while ``waiting`` keeps the attempt waiting.
+    """
+    keep = att.state is AttemptState.WAITING and not resume
+    return replace(att, state=AttemptState.WAITING if keep else AttemptState.RUNNING,
+                   last_heartbeat=max(att.last_heartbeat, at), signs=att.signs + 1,
+                   waiting_for=att.waiting_for if keep else None)
+
+
+def _touch(state: WorkState, att: Attempt, at: int, stale: bool) -> tuple[Attempt, ...]:
+    """A write is also a sign of life (a replaced owner's stale write is not)."""
+    if stale:
+        return state.attempts
+    return _replace_attempt(state, _alive(att, at))
+
+
+def _check_against(v: InputVersion, step: str, sources: dict[str, str],
+                   external: tuple[str, ...], what: str) -> None:
+    """An input named like a part of ``v`` must carry that part's hash.
+
+    Inputs under other names are not checked yet: the LangGraph and Temporal shapes still pass
+    labels and graph state as step inputs without declaring them external (``External``), so
+    refusing the third kind of input would break them. ``external`` is recorded for when it is.
+    """
+    del external
+    for name, h in sources.items():
+        if name in v.parts and v.parts[name] != h:
+            raise E.VersionMismatch(
+                f"{what} read part {name!r} at {h[:8]}, but version {v.version} has "
+                f"{v.parts[name][:8]}", step=step, part=name, version=v.version,
+            )
 
 
 def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
@@ -373,17 +494,22 @@ def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
             f"step {w.step!r}: its input key is not the hash of its declared inputs",
             step=w.step,
         )
+    for name in w.external:
+        if name not in w.sources:
+            raise E.InvalidRecord(f"step {w.step!r} declares {name!r} external but does not read it",
+                                  field="external", step=w.step)
     _size(w.result, f"result of step {w.step!r}")
     if state.policy.pins and att.pinned_version is not None:
         v = state.version(att.pinned_version)
-        assert v is not None
-        for name, h in w.sources.items():
-            if name in v.parts and v.parts[name] != h:
-                raise E.VersionMismatch(
-                    f"step {w.step!r} read part {name!r} at {h[:8]}, "
-                    f"but version {v.version} has {v.parts[name][:8]}",
-                    step=w.step, part=name, version=v.version,
-                )
+        if v is None:
+            raise E.NotFound(f"version {att.pinned_version!r} was never published",
+                             version=att.pinned_version)
+        for name in w.external:
+            if name in v.parts:
+                raise E.InvalidRecord(
+                    f"step {w.step!r} declares {name!r} external, but it is a part of version "
+                    f"{v.version}", field="external", step=w.step)
+        _check_against(v, w.step, w.sources, w.external, f"step {w.step!r}")
 
 
 def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
@@ -404,23 +530,45 @@ def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
                 sources=dict(w.sources) if state.policy.pins else {},
                 result=w.result, result_id=w.result_id, attempt=att.number, token=token,
                 seq=seq, stale=stale,
+                external=tuple(w.external) if state.policy.pins else (),
             )
         )
     return tuple(journal), seq, added
 
 
 # -- apply -------------------------------------------------------------------------------------
-def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None) -> tuple[WorkState, Outcome]:
+def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None,
+          now: int | None = None) -> tuple[WorkState, Outcome]:
     """Apply ``cmd``; return the new state and outcome, or raise a :class:`~outlive.errors.Rejected`.
 
-    ``state`` is None only for :class:`OpenWork` on a work that does not exist yet.
+    ``state`` is None only for :class:`OpenWork` on a work that does not exist yet. ``now`` is
+    the store's clock, if it has one: a worker's reported time is never taken as later than it,
+    so a worker whose clock runs ahead cannot stretch its lease.
+
+    A malformed command (a field of the wrong type, an integer beyond 64 bits, a string that is
+    not valid Unicode, a value nested too deep) is :class:`~outlive.errors.InvalidRecord` before
+    anything is looked at. The command is copied on the way in and the outcome on the way out:
+    no object the caller holds can reach the state, and no object returned can change it.
     """
+    check_command(cmd)
+    if work_id is not None:
+        check_work_id(work_id)
+    if now is not None and (type(now) is not int):
+        raise E.InvalidRecord("the store's clock must be an integer", field="now")
+    cmd = copy.deepcopy(cmd)
+    new, outcome = _apply(state, cmd, work_id, now)
+    return new, copy.deepcopy(outcome)
+
+
+def _apply(state: WorkState | None, cmd: Command, work_id: str | None,
+           now: int | None) -> tuple[WorkState, Outcome]:
     if isinstance(cmd, OpenWork):
         if state is None:
             if not work_id:
                 raise E.InvalidRecord("open_work needs a work id", field="work_id")
-            if cmd.epoch_floor < 0:
-                raise E.InvalidRecord("epoch_floor cannot be negative", field="epoch_floor")
+            if not 0 <= cmd.epoch_floor <= _EPOCH_FLOOR_MAX:
+                raise E.InvalidRecord(f"epoch_floor must be between 0 and {_EPOCH_FLOOR_MAX}",
+                                      field="epoch_floor")
             new = WorkState(work_id=work_id, policy=cmd.policy, epoch=cmd.epoch_floor)
             return new, Outcome(kind="opened", record=new.policy)
         if state.policy != cmd.policy:
@@ -431,13 +579,13 @@ def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None) 
     handler = _HANDLERS.get(type(cmd)) if is_command(cmd) else None
     if handler is None:
         raise E.InvalidRecord(f"unknown command {type(cmd).__name__}")
-    new, outcome = handler(state, cmd)
+    new, outcome = handler(state, cmd, now)
     if new is not state and new.seq == state.seq:
         new = replace(new, seq=state.seq + 1)  # every change moves seq: caches key on it
     return new, outcome
 
 
-def _publish(state: WorkState, cmd: PublishInput) -> tuple[WorkState, Outcome]:
+def _publish(state: WorkState, cmd: PublishInput, now: int | None) -> tuple[WorkState, Outcome]:
     if not cmd.version or not cmd.parts:
         raise E.InvalidRecord("an input version needs a name and at least one part", field="version")
     old = state.version(cmd.version)
@@ -452,11 +600,25 @@ def _publish(state: WorkState, cmd: PublishInput) -> tuple[WorkState, Outcome]:
     return new, Outcome(kind="published", record=v, seq=seq)
 
 
-def _admit(state: WorkState, cmd: Admit) -> tuple[WorkState, Outcome]:
+def _admit(state: WorkState, cmd: Admit, now: int | None) -> tuple[WorkState, Outcome]:
     cur = state.current_attempt
-    if cur is not None and cmd.request_id is not None and cur.state in _LIVE:
-        if cur.request_id == cmd.request_id:
+    if cur is not None and cmd.request_id is not None and cur.state in _LIVE \
+            and cur.request_id == cmd.request_id:
+        # A retried admission. The same key: the same answer. Another key (a restarted
+        # controller) takes the attempt over only while no worker has claimed it: a token
+        # reaches at most one live worker.
+        if cur.key_hash == cmd.key_hash:
             return state, Outcome(kind="exists", record=cur, seq=state.seq)
+        if cur.signs == 0:
+            att = replace(cur, key_hash=cmd.key_hash)
+            seq = state.seq + 1
+            new = replace(state, attempts=_replace_attempt(state, att), seq=seq)
+            return new, Outcome(kind="rekeyed", record=att, seq=seq)
+        raise E.AttemptActive(
+            f"attempt #{cur.number} for request {cmd.request_id!r} was already claimed by the "
+            "worker it was handed to; wait until it finishes or goes silent",
+            attempt=cur.number, request_id=cmd.request_id,
+        )
     if cur is not None and cur.state in _LIVE:
         raise E.AttemptActive(
             f"attempt #{cur.number} is {cur.state.value}; mark it unknown or finished first",
@@ -472,39 +634,51 @@ def _admit(state: WorkState, cmd: Admit) -> tuple[WorkState, Outcome]:
     att = Attempt(
         work_id=state.work_id, number=len(state.attempts) + 1, token=epoch, pinned_version=pin,
         state=AttemptState.ADMITTED, admitted_at=cmd.at, last_heartbeat=cmd.at,
-        request_id=cmd.request_id,
+        request_id=cmd.request_id, key_hash=cmd.key_hash,
     )
     new = replace(state, epoch=epoch, seq=seq, attempts=(*state.attempts, att))
     return new, Outcome(kind="admitted", record=att, seq=seq)
 
 
-def _heartbeat(state: WorkState, cmd: Heartbeat) -> tuple[WorkState, Outcome]:
-    """A liveness signal, not a protected write: a replaced owner's beat is dropped, not refused.
+def _heartbeat(state: WorkState, cmd: Heartbeat, now: int | None) -> tuple[WorkState, Outcome]:
+    """A liveness signal, not a protected write; its outcome tells the worker the truth.
 
-    Correctness never depends on a worker learning early that it was replaced; the fenced
-    writes stop it. The outcome ``superseded`` lets a worker that reads replies stop sooner.
+    ``beat``: alive. ``revived``: it had been marked ``unknown`` but still holds the epoch (no
+    successor was admitted), so it is running again. ``superseded``: a successor holds the
+    epoch; stop. ``ended``: the attempt was stopped or finished; stop. Correctness never depends
+    on a worker reading this: the fenced writes stop it anyway.
     """
-    known = state.attempt(cmd.attempt)
-    if known is not None and known.token == cmd.token and 0 < cmd.token < state.epoch:
-        return state, Outcome(kind="superseded", record=known, seq=state.seq)
-    att, _stale = _fence(state, cmd.attempt, cmd.token)   # forged tokens still raise
-    if att.state not in _LIVE:
-        return state, Outcome(kind="ignored", record=att, seq=state.seq)
-    # A beat while waiting keeps the attempt waiting: only a write or Resume ends the wait.
-    state_after = AttemptState.WAITING if att.state is AttemptState.WAITING else AttemptState.RUNNING
-    att = replace(att, state=state_after, last_heartbeat=max(att.last_heartbeat, cmd.at),
-                  heartbeats=att.heartbeats + 1)
+    att = _owner(state, cmd.attempt, cmd.token, cmd.secret)   # forged tokens still raise
+    if att.state in _ENDED:
+        return state, Outcome(kind="ended", record=att, seq=state.seq)
+    if cmd.token < state.epoch:
+        return state, Outcome(kind="superseded", record=att, seq=state.seq)
+    if cmd.claim and (att.signs > 0 or att.state is not AttemptState.ADMITTED):
+        raise E.AttemptClaimed(
+            f"attempt #{att.number} of {state.work_id} was already claimed by a worker; one "
+            "token, one worker", attempt=att.number, work_id=state.work_id,
+        )
+    if cmd.claim:
+        # Claiming is not renewing: the lease still runs from the admission (controller's time).
+        att = replace(att, state=AttemptState.RUNNING, signs=att.signs + 1)
+        seq = state.seq + 1
+        new = replace(state, attempts=_replace_attempt(state, att), seq=seq)
+        return new, Outcome(kind="claimed", record=att, seq=seq)
+    kind = "revived" if att.state is AttemptState.UNKNOWN else "beat"
+    att = replace(_alive(att, _when(cmd.at, now), resume=False), heartbeats=att.heartbeats + 1)
     seq = state.seq + 1
     new = replace(state, attempts=_replace_attempt(state, att), seq=seq)
-    return new, Outcome(kind="beat", record=att, seq=seq)
+    return new, Outcome(kind=kind, record=att, seq=seq)
 
 
-def _unknown(state: WorkState, cmd: MarkUnknown) -> tuple[WorkState, Outcome]:
+def _unknown(state: WorkState, cmd: MarkUnknown, now: int | None) -> tuple[WorkState, Outcome]:
     att = state.attempt(cmd.attempt)
     if att is None:
         raise E.NotFound(f"attempt #{cmd.attempt} does not exist", attempt=cmd.attempt)
     if not is_leased(att):
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)   # waiting is not silence
+    if cmd.signs is not None and att.signs != cmd.signs:
+        return state, Outcome(kind="alive", record=att, seq=state.seq)  # it beat meanwhile
     att = replace(att, state=AttemptState.UNKNOWN)
     effects = tuple(
         replace(e, state=EffectState.AMBIGUOUS)
@@ -516,11 +690,11 @@ def _unknown(state: WorkState, cmd: MarkUnknown) -> tuple[WorkState, Outcome]:
     return new, Outcome(kind="unknown", record=att, seq=seq)
 
 
-def _stopped(state: WorkState, cmd: MarkStopped) -> tuple[WorkState, Outcome]:
+def _stopped(state: WorkState, cmd: MarkStopped, now: int | None) -> tuple[WorkState, Outcome]:
     att = state.attempt(cmd.attempt)
     if att is None:
         raise E.NotFound(f"attempt #{cmd.attempt} does not exist", attempt=cmd.attempt)
-    if att.state is AttemptState.FINISHED:
+    if att.state in _ENDED:
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)
     att = replace(att, state=AttemptState.STOPPED)
     seq = state.seq + 1
@@ -528,18 +702,52 @@ def _stopped(state: WorkState, cmd: MarkStopped) -> tuple[WorkState, Outcome]:
         kind="stopped", record=att, seq=seq)
 
 
-def _record(state: WorkState, cmd: RecordSteps) -> tuple[WorkState, Outcome]:
-    att, stale = _fence(state, cmd.attempt, cmd.token)
+def _record(state: WorkState, cmd: RecordSteps, now: int | None) -> tuple[WorkState, Outcome]:
+    att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     if not cmd.entries:
         raise E.InvalidRecord("record_steps needs at least one entry", field="entries")
     journal, seq, added = _journal(state, att, cmd.token, stale, cmd.entries)
-    new = replace(state, journal=journal, seq=seq, attempts=_touch(state, att, cmd.at),
+    new = replace(state, journal=journal, seq=seq,
+                  attempts=_touch(state, att, _when(cmd.at, now), stale),
                   stale_writes_applied=state.stale_writes_applied + (added if stale else 0))
     return new, Outcome(kind="journaled", record=journal[-1], seq=seq)
 
 
-def _submit(state: WorkState, cmd: SubmitCandidate) -> tuple[WorkState, Outcome]:
-    att, stale = _fence(state, cmd.attempt, cmd.token)
+def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: tuple[Part, ...],
+                   version: str | None) -> tuple[Part, ...]:
+    """The candidate's parts as the journal recorded them, checked against ``version``.
+
+    A part's claims (step, input key, sources) must be those of the journal entry that produced
+    its result: the candidate's own labels are never trusted. Without pins, parts are names only.
+    """
+    entries = {e.result_id: e for e in journal}
+    out = []
+    for p in parts:
+        e = entries.get(p.result_id)
+        if e is None:
+            raise E.InvalidRecord(f"part {p.step!r} names a result that is not journaled",
+                                  field="parts", step=p.step)
+        if not state.policy.pins:
+            out.append(replace(p, input_key=None, sources={}, external=()))
+            continue
+        if (e.step, e.input_key, e.sources) != (p.step, p.input_key, p.sources):
+            raise E.VersionMismatch(
+                f"part {p.step!r} claims inputs that the journal entry of its result "
+                f"{p.result_id[:8]} (step {e.step!r}) was not computed from",
+                step=p.step, result_id=p.result_id,
+            )
+        v = state.version(version) if version is not None else None
+        if v is None:
+            raise E.VersionMismatch(f"the candidate names no published version ({version!r})",
+                                    version=version)
+        _check_against(v, e.step, e.sources, e.external, f"part {p.step!r}")
+        out.append(Part(step=e.step, input_key=e.input_key, sources=dict(e.sources),
+                        result_id=e.result_id, external=e.external))
+    return tuple(out)
+
+
+def _submit(state: WorkState, cmd: SubmitCandidate, now: int | None) -> tuple[WorkState, Outcome]:
+    att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     _size(cmd.content, "candidate content")
     if not cmd.parts:
         raise E.InvalidRecord("a candidate needs at least one part", field="parts")
@@ -549,11 +757,7 @@ def _submit(state: WorkState, cmd: SubmitCandidate) -> tuple[WorkState, Outcome]
         raise E.InvalidRecord("the candidate's digest is not the hash of its parts and content",
                               field="digest")
     journal, seq, added = _journal(state, att, cmd.token, stale, cmd.flush)
-    known = {e.result_id for e in journal}
-    for p in cmd.parts:
-        if p.result_id not in known:
-            raise E.InvalidRecord(f"part {p.step!r} names a result that is not journaled",
-                                  field="parts", step=p.step)
+    parts = _checked_parts(state, journal, cmd.parts, version)
     existing = state.candidate(cmd.digest)
     if existing is not None and (existing.attempt == att.number or stale
                                  or any(a.digest == cmd.digest for a in state.acceptances)):
@@ -561,15 +765,13 @@ def _submit(state: WorkState, cmd: SubmitCandidate) -> tuple[WorkState, Outcome]
     # A successor that rebuilt the same digest (every part restored) submits it as its own: the
     # predecessor's record carries a replaced token and could never be accepted.
     seq += 1
-    parts = cmd.parts if state.policy.pins else tuple(
-        replace(p, input_key=None, sources={}) for p in cmd.parts)
     cand = Candidate(
         digest=cmd.digest, work_id=state.work_id, version=version, parts=parts,
         content=cmd.content, attempt=att.number, token=cmd.token, seq=seq, at=cmd.at, stale=stale,
     )
     new = replace(
         state, journal=journal, candidates=(*state.candidates, cand), seq=seq,
-        attempts=_touch(state, att, cmd.at),
+        attempts=_touch(state, att, _when(cmd.at, now), stale),
         stale_writes_applied=state.stale_writes_applied + ((added + 1) if stale else 0),
     )
     return new, Outcome(kind="candidate", record=cand, seq=seq)
@@ -598,17 +800,12 @@ def check_acceptable(state: WorkState, digest: str) -> Candidate:
             raise E.VersionMismatch(f"candidate {cand.digest[:8]} names no published version",
                                     digest=cand.digest)
         for p in cand.parts:
-            for name, h in p.sources.items():
-                if name in v.parts and v.parts[name] != h:
-                    raise E.VersionMismatch(
-                        f"part {p.step!r} of {cand.digest[:8]} was computed from {name}@{h[:8]}, "
-                        f"not from version {v.version}",
-                        digest=cand.digest, part=name, version=v.version,
-                    )
+            _check_against(v, p.step, p.sources, p.external,
+                           f"part {p.step!r} of {cand.digest[:8]}")
     return cand
 
 
-def _accept(state: WorkState, cmd: Accept) -> tuple[WorkState, Outcome]:
+def _accept(state: WorkState, cmd: Accept, now: int | None) -> tuple[WorkState, Outcome]:
     cand = state.candidate(cmd.digest)
     if cand is None:
         raise E.NotFound(f"no candidate {cmd.digest[:8]}", digest=cmd.digest)
@@ -628,81 +825,95 @@ def _accept(state: WorkState, cmd: Accept) -> tuple[WorkState, Outcome]:
     return new, Outcome(kind="accepted", record=acc, seq=seq)
 
 
-def _intent(state: WorkState, cmd: RecordIntent) -> tuple[WorkState, Outcome]:
-    att, stale = _fence(state, cmd.attempt, cmd.token)
+def _intent(state: WorkState, cmd: RecordIntent, now: int | None) -> tuple[WorkState, Outcome]:
+    att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     if not cmd.op_key:
         raise E.InvalidRecord("an effect needs an operation key", field="op_key")
+    if cmd.payload is not None:
+        _size(cmd.payload, f"payload of {cmd.op_key!r}")
+        if content_hash(cmd.payload) != cmd.payload_digest:
+            raise E.InvalidRecord(f"the payload of {cmd.op_key!r} does not hash to its digest",
+                                  field="payload", op_key=cmd.op_key)
     old = state.effect(cmd.op_key)
     if old is not None:
         if old.payload_digest != cmd.payload_digest:
-            raise E.InvalidRecord(
+            raise E.EffectConflict(
                 f"operation {cmd.op_key!r} was intended with another payload",
                 field="payload", op_key=cmd.op_key,
             )
-        if old.state is EffectState.CONFIRMED:
+        if old.state in _SETTLED:
             return state, Outcome(kind="confirmed", record=old, seq=state.seq)
         upd = replace(old, attempt=att.number, sent_key=cmd.sent_key, sends=old.sends + 1,
-                      state=EffectState.INTENDED)
+                      state=EffectState.INTENDED,
+                      payload=old.payload if old.payload is not None else cmd.payload)
         seq = state.seq + 1
         effects = tuple(upd if e.op_key == cmd.op_key else e for e in state.effects)
-        new = replace(state, effects=effects, seq=seq, attempts=_touch(state, att, cmd.at),
+        new = replace(state, effects=effects, seq=seq, attempts=_touch(state, att, _when(cmd.at, now), stale),
                       stale_writes_applied=state.stale_writes_applied + (1 if stale else 0))
         return new, Outcome(kind="settle", record=upd, seq=seq)
     seq = state.seq + 1
     eff = Effect(op_key=cmd.op_key, payload_digest=cmd.payload_digest, state=EffectState.INTENDED,
-                 attempt=att.number, sent_key=cmd.sent_key, intended_at=cmd.at)
+                 attempt=att.number, sent_key=cmd.sent_key, intended_at=cmd.at,
+                 payload=cmd.payload)
     new = replace(state, effects=(*state.effects, eff), seq=seq,
-                  attempts=_touch(state, att, cmd.at),
+                  attempts=_touch(state, att, _when(cmd.at, now), stale),
                   stale_writes_applied=state.stale_writes_applied + (1 if stale else 0))
     return new, Outcome(kind="intended", record=eff, seq=seq)
 
 
-def _confirm(state: WorkState, cmd: ConfirmEffect) -> tuple[WorkState, Outcome]:
-    att, stale = _fence(state, cmd.attempt, cmd.token)
+def _confirm(state: WorkState, cmd: ConfirmEffect, now: int | None) -> tuple[WorkState, Outcome]:
+    att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     old = state.effect(cmd.op_key)
     if old is None:
         raise E.NotFound(f"no intent for {cmd.op_key!r}: record the intent before sending",
                          op_key=cmd.op_key)
-    if old.state is EffectState.CONFIRMED:
+    if not isinstance(cmd.receipt, Receipt):
+        raise E.InvalidRecord(f"confirming {cmd.op_key!r} needs the receiver's Receipt",
+                              field="receipt", op_key=cmd.op_key)
+    if old.state in _SETTLED:
         return state, Outcome(kind="confirmed", record=old, seq=state.seq)
-    upd = replace(old, state=EffectState.CONFIRMED, receipt=cmd.receipt, confirmed_at=cmd.at,
+    settled = EffectState.POSSIBLY_DUPLICATED if cmd.receipt.possibly_duplicated \
+        else EffectState.CONFIRMED
+    upd = replace(old, state=settled, receipt=cmd.receipt, confirmed_at=cmd.at,
                   attempt=att.number)
     seq = state.seq + 1
     effects = tuple(upd if e.op_key == cmd.op_key else e for e in state.effects)
-    new = replace(state, effects=effects, seq=seq, attempts=_touch(state, att, cmd.at),
+    new = replace(state, effects=effects, seq=seq, attempts=_touch(state, att, _when(cmd.at, now), stale),
                   stale_writes_applied=state.stale_writes_applied + (1 if stale else 0))
     return new, Outcome(kind="confirmed", record=upd, seq=seq)
 
 
-def _finish(state: WorkState, cmd: Finish) -> tuple[WorkState, Outcome]:
-    att, _stale = _fence(state, cmd.attempt, cmd.token)
-    if att.state is AttemptState.FINISHED:
+def _finish(state: WorkState, cmd: Finish, now: int | None) -> tuple[WorkState, Outcome]:
+    if _owner(state, cmd.attempt, cmd.token, cmd.secret).state is AttemptState.FINISHED:
+        att = state.attempt(cmd.attempt)
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)
-    att = replace(att, state=AttemptState.FINISHED, last_heartbeat=max(att.last_heartbeat, cmd.at))
+    att, _stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)   # a stopped one: refused
+    att = replace(att, state=AttemptState.FINISHED,
+                  last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)))
     seq = state.seq + 1
     return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="finished", record=att, seq=seq)
 
 
-def _wait(state: WorkState, cmd: Wait) -> tuple[WorkState, Outcome]:
-    att, _stale = _fence(state, cmd.attempt, cmd.token)
+def _wait(state: WorkState, cmd: Wait, now: int | None) -> tuple[WorkState, Outcome]:
+    att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     if not cmd.reason:
         raise E.InvalidRecord("a wait says what it waits for", field="reason")
-    if att.state not in _LIVE:
+    if stale:
         return state, Outcome(kind="ignored", record=att, seq=state.seq)
     att = replace(att, state=AttemptState.WAITING, waiting_for=cmd.reason,
-                  last_heartbeat=max(att.last_heartbeat, cmd.at))
+                  last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)), signs=att.signs + 1)
     seq = state.seq + 1
     return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="waiting", record=att, seq=seq)
 
 
-def _resume(state: WorkState, cmd: Resume) -> tuple[WorkState, Outcome]:
-    att, _stale = _fence(state, cmd.attempt, cmd.token)
+def _resume(state: WorkState, cmd: Resume, now: int | None) -> tuple[WorkState, Outcome]:
+    att, _stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     if att.state is not AttemptState.WAITING:
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)
     att = replace(att, state=AttemptState.RUNNING, waiting_for=None,
-                  last_heartbeat=max(att.last_heartbeat, cmd.at))
+                  last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)), signs=att.signs + 1)
     seq = state.seq + 1
     return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="resumed", record=att, seq=seq)

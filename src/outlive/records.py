@@ -45,9 +45,13 @@ class AttemptState(StrEnum):
 
 
 class EffectState(StrEnum):
+    """``possibly_duplicated``: confirmed, but the receiver had forgotten the key (its retention
+    window had passed), so the effect may have been applied twice."""
+
     INTENDED = "intended"
     CONFIRMED = "confirmed"
     AMBIGUOUS = "ambiguous"
+    POSSIBLY_DUPLICATED = "possibly_duplicated"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +78,15 @@ class InputVersion:
 
 @dataclass(frozen=True, kw_only=True)
 class Attempt:
-    """One try at the work, written before dispatch; ``token`` is the owner epoch it holds."""
+    """One try at the work, written before dispatch; ``token`` is the owner epoch it holds.
+
+    The token is the epoch (ordered, public) plus a secret issued at admission: the ledger keeps
+    only ``key_hash``; ``secret`` is set only on the copy the controller hands out, so a write
+    needs the token actually given to this attempt of this work. ``signs`` counts the signs of
+    life (heartbeats and writes): a suspicion is a compare-and-set on it.
+    ``last_heartbeat`` is the time of the latest sign of life, as the worker reported it but
+    never later than the store's clock when it was applied.
+    """
 
     work_id: str
     number: int
@@ -87,6 +99,9 @@ class Attempt:
     request_id: str | None = None
     #: What a ``waiting`` attempt waits for (a person, an event); None otherwise.
     waiting_for: str | None = None
+    key_hash: str | None = None
+    signs: int = 0
+    secret: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +121,8 @@ class JournalEntry:
     token: int
     seq: int
     stale: bool = False
+    #: Input names declared external (not parts of the input version) by the step's caller.
+    external: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +133,8 @@ class Part:
     input_key: str | None
     sources: dict[str, str]
     result_id: str
+    #: Input names declared external by the step (not parts of the input version).
+    external: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,17 +177,26 @@ class Acceptance:
 
 @dataclass(frozen=True, kw_only=True)
 class Receipt:
-    """What the receiver answered: its id for the effect and whether it had seen the key."""
+    """What the receiver answered: its id for the effect and whether it had seen the key.
+
+    ``possibly_duplicated``: the receiver no longer remembered the key (past its retention) and
+    applied the effect as new, so it may have happened twice.
+    """
 
     effect_id: str
     duplicate: bool
     key: str | None
     note: str = ""
+    possibly_duplicated: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class Effect:
-    """An external effect keyed by operation: intent before sending, confirmation after."""
+    """An external effect keyed by operation: intent before sending, confirmation after.
+
+    ``payload`` is what was intended, kept with the intent: a successor resends it as it was,
+    never a regenerated copy.
+    """
 
     op_key: str
     payload_digest: str
@@ -179,6 +207,7 @@ class Effect:
     confirmed_at: int | None = None
     receipt: Receipt | None = None
     sends: int = 1
+    payload: JSON = None
 
 
 @dataclass(frozen=True, kw_only=True)

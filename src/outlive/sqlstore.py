@@ -28,6 +28,7 @@ with ``landed=False``); only when the read-back itself fails is it ``landed=None
 from __future__ import annotations
 
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
@@ -35,8 +36,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import codec
-from .errors import BackendUnavailable, ConfigError, InvalidRecord, OutliveError
-from .ledger import Command, Outcome, apply, changed, reads
+from .errors import BackendUnavailable, ConfigError, CorruptRecord, InvalidRecord, OutliveError
+from .ledger import Command, Outcome, apply, changed, check_work_id, reads
 from .records import JournalEntry, WorkState
 
 __all__ = [
@@ -253,7 +254,7 @@ class SqlLedgerStore:
             head = doc["head"]
             counts = doc["counts"]
         except (InvalidRecord, KeyError, TypeError) as exc:
-            raise self._corrupt(work_id) from exc
+            raise self._corrupt(work_id, exc) from exc
         if not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq:
             raise self._corrupt(work_id)
         # The cache was taken out above: if anything below fails, it is simply gone.
@@ -264,7 +265,10 @@ class SqlLedgerStore:
             k: list(getattr(cached.state, k)) if cached is not None else []
             for k in COLLECTIONS if k != "journal"}
         for kind, idx, body in rows[1:]:
-            item = codec.loads(body)
+            try:
+                item = codec.loads(body)
+            except InvalidRecord as exc:
+                raise self._corrupt(work_id, exc) from exc
             if kind == "journal":
                 if not isinstance(item, JournalEntry):
                     raise self._corrupt(work_id)
@@ -294,9 +298,10 @@ class SqlLedgerStore:
         self._cache[work_id] = work
         return True, work
 
-    def _corrupt(self, work_id: str) -> InvalidRecord:
+    def _corrupt(self, work_id: str, cause: BaseException | None = None) -> CorruptRecord:
         self._cache.pop(work_id, None)
-        return InvalidRecord(f"{self.where}: the ledger rows of {work_id!r} are corrupt",
+        why = f": {cause.message if isinstance(cause, OutliveError) else cause}" if cause else ""
+        return CorruptRecord(f"{self.where}: the ledger rows of {work_id!r} are corrupt{why}",
                              work_id=work_id)
 
     # -- write -----------------------------------------------------------------------------------
@@ -374,6 +379,11 @@ class SqlLedgerStore:
         self._cache.pop(work_id, None)
 
 
+def _now_ms() -> int:
+    """The store's clock: a worker's reported time is never taken as later than this."""
+    return int(time.time() * 1000)
+
+
 def _load(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, CachedWork | None]:
     ok, work = store.decode(work_id, (yield store.read_request(work_id)))
     if not ok:
@@ -383,6 +393,7 @@ def _load(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, Cached
 
 def load_flow(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, WorkState | None]:
     """Read one work (the cache brought forward, or a full read when it cannot be)."""
+    check_work_id(work_id)
     work = yield from _load(store, work_id)
     return work.whole() if work is not None else None
 
@@ -396,6 +407,7 @@ def command_flow(store: SqlLedgerStore, work_id: str,
     the usual case (one process writing its own work) costs one round trip, not two. A rejection
     or a no-op answered from the cache is never trusted: the work is read and applied again.
     """
+    check_work_id(work_id)
     optimistic = store.cached(work_id)
     work: CachedWork | None
     view: WorkState | None
@@ -404,7 +416,7 @@ def command_flow(store: SqlLedgerStore, work_id: str,
             work, optimistic = optimistic, None
             view = work.view(command)
             try:
-                new, outcome = apply(view, command, work_id=work_id)
+                new, outcome = apply(view, command, work_id=work_id, now=_now_ms())
             except OutliveError:
                 continue  # decided on a possibly stale copy: decide again on the stored state
             if not changed(view, new):
@@ -412,7 +424,7 @@ def command_flow(store: SqlLedgerStore, work_id: str,
         else:
             work = yield from _load(store, work_id)
             view = work.view(command) if work is not None else None
-            new, outcome = apply(view, command, work_id=work_id)
+            new, outcome = apply(view, command, work_id=work_id, now=_now_ms())
             if not changed(view, new):
                 return outcome
         write_id = uuid.uuid4().hex

@@ -56,7 +56,6 @@ from .records import (
     AttemptState,
     Candidate,
     Contract,
-    EffectState,
     InputVersion,
     Policy,
     WorkState,
@@ -203,12 +202,16 @@ class Assignment:
     #: The attempt function's registered ``module:function``.
     function: str
     definition: WorkDefinition
+    #: The secret part of the token, as the controller issued it (the ledger keeps its hash):
+    #: the runner needs it to write. None for an attempt admitted by the epoch alone.
+    secret: str | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, backend: Backend, definition: WorkDefinition, attempt: Attempt) -> Assignment:
         return cls(backend_url=backend.url, work_id=attempt.work_id, attempt=attempt.number,
                    token=attempt.token, pinned_version=attempt.pinned_version,
-                   function=definition.attempt_ref, definition=definition)
+                   function=definition.attempt_ref, definition=definition,
+                   secret=attempt.secret)
 
 
 class Dispatcher(abc.ABC):
@@ -243,6 +246,10 @@ class Dispatcher(abc.ABC):
 
     #: True when the engine detects silence and admits/dispatches successors itself.
     drives_takeover: ClassVar[bool] = False
+    #: False for a dispatcher that cannot hand the token's secret part to its runner (it
+    #: rebuilds the attempt from the ledger elsewhere): the supervisor then admits by the epoch
+    #: alone, and says so.
+    carries_secret: ClassVar[bool] = True
 
     @abc.abstractmethod
     async def dispatch(self, assignment: Assignment) -> None:
@@ -351,7 +358,7 @@ async def run_attempt(backend: Backend, assignment: Assignment, *,
     kw: dict[str, Any] = {"persist": d.persist}
     if clock is not None:
         kw["clock"] = clock
-    worker = Worker(backend, att, inputs, **kw)
+    worker = Worker(backend, replace(att, secret=assignment.secret), inputs, **kw)
     await worker.start()
     ctx = AttemptContext(worker, d, inputs, d.args)
     try:
@@ -412,7 +419,7 @@ def work_complete(state: WorkState) -> bool:
         return False
     if state.policy.pins and acc.version != state.current_version:
         return False
-    return all(e.state is EffectState.CONFIRMED for e in state.effects)
+    return all(L.is_settled(e) for e in state.effects)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -591,7 +598,8 @@ class Supervisor:
             if left > 0:
                 return Status(state=st, complete=False, backoff_left=left)
         try:
-            att = await self.controller.admit(self.work_id, request_id=uuid.uuid4().hex)
+            att = await self.controller.admit(self.work_id, request_id=uuid.uuid4().hex,
+                                              keyed=self.dispatcher.carries_secret)
         except AttemptActive:
             return Status(state=await self._state(), complete=False,
                           actions=("another supervisor admitted first",))

@@ -17,13 +17,27 @@ from typing import Any, Literal
 from . import _observe
 from . import ledger as L
 from .backend import Backend, StepCall
-from .errors import EffectAmbiguous, InvalidRecord, NotFound, VersionMismatch
+from .errors import (
+    AttemptEnded,
+    EffectAmbiguous,
+    InvalidRecord,
+    NotFound,
+    OutliveError,
+    StaleOwner,
+    VersionMismatch,
+)
 from .hashing import content_hash, input_key
 from .records import Attempt, Candidate, Effect, EffectState, Part, Receipt, WorkState
 
-__all__ = ["KEEP", "Persist", "Sender", "StepRecord", "Worker"]
+__all__ = ["KEEP", "External", "Persist", "Sender", "StepRecord", "Worker"]
 
 Persist = Literal["step", "end"]
+#: ``send(key, payload) -> Receipt``: deliver ``payload`` under ``key`` and return the receiver's
+#: answer. The contract: a :class:`~outlive.records.Receipt` means the receiver answered; an
+#: outlive error (e.g. :class:`~outlive.errors.EffectConflict`) is the receiver's typed refusal
+#: and propagates; anything else (any exception, or a return value that is not a Receipt) means
+#: nobody knows whether the effect happened: :class:`~outlive.errors.EffectAmbiguous`, and the
+#: intent stays open for a resend with the same key.
 Sender = Callable[[str | None, Any], Awaitable[Receipt] | Receipt]
 
 
@@ -34,6 +48,23 @@ class _Keep:
 
 #: Send the operation key itself (the default and the only safe choice).
 KEEP: Any = _Keep()
+
+
+@dataclass(frozen=True)
+class External:
+    """Wrap a step input that is not a part of the input version: ``style=External("terse")``.
+
+    Under version pins every input is either a part of the pinned version (checked by hash) or
+    declared external with this wrapper; the ledger refuses a silent third kind. The step body
+    receives the wrapped value itself.
+    """
+
+    value: Any
+
+
+def _unwrap(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    values = {k: (v.value if isinstance(v, External) else v) for k, v in inputs.items()}
+    return values, tuple(sorted(k for k, v in inputs.items() if isinstance(v, External)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,15 +88,16 @@ class _Prepared:
     rid: str
     call: StepCall
     body: Callable[[], Awaitable[Any]]
+    external: tuple[str, ...] = ()
 
     def write(self, result: Any) -> L.StepWrite:
         return L.StepWrite(step=self.name, sources=self.sources, input_key=self.key,
-                           result=result, result_id=self.rid)
+                           result=result, result_id=self.rid, external=self.external)
 
     def record(self, result: Any) -> L.Command:
         w = self.worker
         return L.RecordSteps(attempt=w.attempt.number, token=w.token, entries=(self.write(result),),
-                             at=w.clock())
+                             at=w.clock(), secret=w.attempt.secret)
 
 
 def _ms() -> int:
@@ -101,8 +133,16 @@ class Worker:
     def token(self) -> int:
         return self.attempt.token
 
-    async def start(self) -> WorkState:
-        """Read the journal once and check the snapshot is the version this attempt is pinned to."""
+    async def start(self, *, claim: bool = True) -> WorkState:
+        """Read the journal, check the snapshot is the pinned version, then claim the attempt.
+
+        The claim is the attempt's first sign of life; a second worker given the same attempt
+        is refused (:class:`~outlive.errors.AttemptClaimed`), so a token reaches at most one
+        live worker. Raises :class:`~outlive.errors.StaleOwner` if a successor already holds
+        the epoch (with fencing on) and :class:`~outlive.errors.AttemptEnded` if the attempt
+        was stopped or finished. ``claim=False`` is for the worker that already claimed the
+        attempt and reconnects (a new connection after a lost one): it reads and checks only.
+        """
         st = await self.backend.load(self.work_id)
         if st is None:
             raise NotFound(f"work {self.work_id!r} is not open", work_id=self.work_id)
@@ -116,6 +156,18 @@ class Worker:
                     f"the snapshot given to attempt #{self.attempt.number} is not version {v.version}",
                     version=v.version,
                 )
+        if not claim:
+            return st
+        out = await self._call(L.Heartbeat(attempt=self.attempt.number, token=self.token,
+                                           at=self.clock(), secret=self.attempt.secret, claim=True))
+        if out.kind == "ended":
+            raise AttemptEnded(f"attempt #{self.attempt.number} of {self.work_id} is "
+                               f"{out.record.state.value}: nothing to run",
+                               attempt=self.attempt.number, work_id=self.work_id)
+        if out.kind == "superseded" and st.policy.fencing:
+            raise StaleOwner(f"attempt #{self.attempt.number} of {self.work_id} was replaced "
+                             f"before its worker started (token {self.token})",
+                             token=self.token, attempt=self.attempt.number, work_id=self.work_id)
         return st
 
     def _st(self) -> WorkState:
@@ -127,10 +179,10 @@ class Worker:
         return await _observe.execute(self.backend, self.work_id, cmd)
 
     def _prepare(self, name: str, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> _Prepared:
-        sources = {k: content_hash(v) for k, v in inputs.items()}
+        ins, external = _unwrap(inputs)
+        sources = {k: content_hash(v) for k, v in ins.items()}
         key = input_key(name, sources)
         rid = L.result_id(self.work_id, name, key, self.attempt.number)
-        ins = dict(inputs)
 
         async def body() -> Any:
             out = fn(**ins)
@@ -140,12 +192,12 @@ class Worker:
 
         call = StepCall(work_id=self.work_id, attempt=self.attempt.number, token=self.token,
                         step=name, input_key=key, persist=self.persist)
-        return _Prepared(self, name, sources, key, rid, call, body)
+        return _Prepared(self, name, sources, key, rid, call, body, external)
 
     def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool) -> None:
         self._results[p.name] = result
         self._parts[p.name] = Part(step=p.name, input_key=p.key, sources=p.sources,
-                                   result_id=result_id)
+                                   result_id=result_id, external=p.external)
         self.steps[p.name] = StepRecord(step=p.name, input_key=p.key, result_id=result_id,
                                         restored=restored)
 
@@ -224,12 +276,17 @@ class Worker:
         return self._results[name]
 
     async def heartbeat(self) -> bool:
-        """Send a sign of life; False means this attempt was replaced (stop soon)."""
-        out = await self._call(
-            L.Heartbeat(attempt=self.attempt.number, token=self.token, at=self.clock()))
-        if out.kind == "superseded":
+        """Send a sign of life; True only if this attempt still holds the work.
+
+        False means stop soon: a successor holds the epoch, or the attempt was stopped or
+        finished. An attempt marked ``unknown`` that beats while no successor was admitted is
+        running again (True): silence was never failure.
+        """
+        out = await self._call(L.Heartbeat(attempt=self.attempt.number, token=self.token,
+                                           at=self.clock(), secret=self.attempt.secret))
+        if out.kind in ("superseded", "ended"):
             self.replaced = True
-        return out.kind != "superseded"
+        return out.kind in ("beat", "revived")
 
     @contextlib.asynccontextmanager
     async def renewing(self, interval_ms: int) -> AsyncIterator[None]:
@@ -262,11 +319,12 @@ class Worker:
     async def wait(self, reason: str) -> None:
         """Record ``waiting`` (on a person, an outside event): not silence, never suspected."""
         await self._call(L.Wait(attempt=self.attempt.number, token=self.token, reason=reason,
-                                at=self.clock()))
+                                at=self.clock(), secret=self.attempt.secret))
 
     async def resume(self) -> None:
         """The wait is over: ``running`` again (any fenced write also ends a wait)."""
-        await self._call(L.Resume(attempt=self.attempt.number, token=self.token, at=self.clock()))
+        await self._call(L.Resume(attempt=self.attempt.number, token=self.token, at=self.clock(),
+                                  secret=self.attempt.secret))
 
     @contextlib.asynccontextmanager
     async def waiting(self, reason: str) -> AsyncIterator[None]:
@@ -277,7 +335,8 @@ class Worker:
 
     def can_restore(self, name: str, /, **inputs: Any) -> bool:
         """Whether ``step(name, ..., **inputs)`` would be restored from the journal."""
-        sources = {k: content_hash(v) for k, v in inputs.items()}
+        values, _external = _unwrap(inputs)
+        sources = {k: content_hash(v) for k, v in values.items()}
         return self._st().lookup(name, input_key(name, sources)) is not None
 
     @_observe.traced("outlive.candidate",
@@ -296,7 +355,8 @@ class Worker:
         digest = L.candidate_digest(self.work_id, version, parts, content)
         out = await self._call(L.SubmitCandidate(
             attempt=self.attempt.number, token=self.token, digest=digest, parts=parts,
-            content=content, at=self.clock(), flush=tuple(self._pending)))
+            content=content, at=self.clock(), flush=tuple(self._pending),
+            secret=self.attempt.secret))
         self._pending.clear()
         cand: Candidate = out.record
         return cand
@@ -323,26 +383,50 @@ class Worker:
         L.check_size(payload, f"payload of {op_key!r}")
         out = await self._call(L.RecordIntent(
             attempt=self.attempt.number, token=self.token, op_key=op_key,
-            payload_digest=content_hash(payload), sent_key=key, at=self.clock()))
+            payload_digest=content_hash(payload), sent_key=key, at=self.clock(),
+            secret=self.attempt.secret, payload=payload))
         if out.kind == "confirmed":
             eff: Effect = out.record
-            assert eff.receipt is not None
+            if eff.receipt is None:   # only a corrupt record could say so
+                raise InvalidRecord(f"{op_key} is settled without a receipt", op_key=op_key)
             return eff.receipt
         try:
             receipt = send(key, payload)
             if inspect.isawaitable(receipt):
                 receipt = await receipt
-        except (OSError, TimeoutError) as exc:
+        except OutliveError:
+            raise                         # the receiver's typed answer (EffectConflict, ...)
+        except Exception as exc:
             raise EffectAmbiguous(
-                f"{op_key}: the receiver did not answer ({exc}); the intent stays open — "
-                f"resend with the same key", op_key=op_key) from exc
+                f"{op_key}: the receiver did not answer ({type(exc).__name__}: {exc}); the intent "
+                f"stays open — resend with the same key", op_key=op_key) from exc
+        if not isinstance(receipt, Receipt):
+            raise EffectAmbiguous(
+                f"{op_key}: the sender returned {type(receipt).__name__}, not the receiver's "
+                f"Receipt; the intent stays open — resend with the same key", op_key=op_key)
         await self._call(L.ConfirmEffect(attempt=self.attempt.number, token=self.token,
-                                         op_key=op_key, receipt=receipt, at=self.clock()))
+                                         op_key=op_key, receipt=receipt, at=self.clock(),
+                                         secret=self.attempt.secret))
         return receipt
+
+    async def resend(self, op_key: str, send: Sender, *, send_key: Any = KEEP) -> Receipt:
+        """Settle an intent left open by an earlier attempt with the payload it intended.
+
+        The payload is the one kept with the intent, never a regenerated copy.
+        """
+        eff = self._st().effect(op_key)
+        if eff is None:
+            raise NotFound(f"no intent for {op_key!r}", op_key=op_key)
+        if eff.payload is None:
+            raise InvalidRecord(f"the intent for {op_key!r} kept no payload; resend it with "
+                                "effect()", op_key=op_key)
+        return await self.effect(op_key, eff.payload, send, send_key=send_key)
 
     async def finish(self) -> None:
         if self._pending:
             await self._call(L.RecordSteps(attempt=self.attempt.number, token=self.token,
-                                           entries=tuple(self._pending), at=self.clock()))
+                                           entries=tuple(self._pending), at=self.clock(),
+                                           secret=self.attempt.secret))
             self._pending.clear()
-        await self._call(L.Finish(attempt=self.attempt.number, token=self.token, at=self.clock()))
+        await self._call(L.Finish(attempt=self.attempt.number, token=self.token, at=self.clock(),
+                                  secret=self.attempt.secret))

@@ -72,7 +72,7 @@ async def test_the_same_program_on_outlive_refuses_the_late_writer(tmp_path: Pat
     assert isinstance(b, LangGraphBackend)
     held, release = asyncio.Event(), asyncio.Event()
     try:
-        @outlive_task(step=lambda section, **_: section)
+        @outlive_task(step=lambda section, **_: section, external=("section",))
         async def summarise(section: str, text: str) -> str:
             if text == V1["s3"] and not held.is_set():
                 held.set()

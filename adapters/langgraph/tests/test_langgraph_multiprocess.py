@@ -19,7 +19,8 @@ HAMMER = textwrap.dedent("""
         for i in range(int(sys.argv[2])):
             st = await b.load("w")          # a read racing other processes' commits
             att = st.attempts[0]
-            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=i))
+            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=i,
+                                             secret=sys.argv[3] or None))
         await b.close()
     asyncio.run(main())
 """)
@@ -32,8 +33,8 @@ async def test_processes_share_the_ledger(tmp_path: Path) -> None:
         ctl = Controller(b, clock=lambda: 0)
         await ctl.open_work("w")
         await ctl.publish("w", "v1", {"s1": "x"})
-        await ctl.admit("w")
-        procs = [subprocess.Popen([sys.executable, "-c", HAMMER, url, "100"],
+        att = await ctl.admit("w")
+        procs = [subprocess.Popen([sys.executable, "-c", HAMMER, url, "100", att.secret or ""],
                                   stderr=subprocess.PIPE) for _ in range(4)]
         codes = [p.wait(timeout=120) for p in procs]
         errors = [p.stderr.read().decode()[-400:] for p in procs if p.stderr and p.returncode]

@@ -44,7 +44,7 @@ class Harness:
 
 
 def make_program(b: LangGraphBackend, h: Harness) -> Any:
-    @outlive_task(step=lambda section, **_: section)
+    @outlive_task(step=lambda section, **_: section, external=("section",))
     async def summarise(section: str, text: str) -> dict[str, Any]:
         att = current_worker().attempt.number
         h.calls.append((att, section))

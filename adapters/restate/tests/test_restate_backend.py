@@ -115,13 +115,15 @@ async def test_forged_token_wrong_version_oversized_write_nothing(backend: outli
     write = L.StepWrite(step="s1", sources=src, input_key=input_key("s1", src), result=big,
                         result_id="r1")
     with pytest.raises(outlive.errors.PayloadTooLarge):
-        await backend.execute(w, L.RecordSteps(attempt=1, token=a1.token, entries=(write,), at=1))
+        await backend.execute(w, L.RecordSteps(attempt=1, token=a1.token, entries=(write,), at=1,
+                                               secret=a1.secret))
     # a step that read v2's section while pinned to v1
     src2 = {"s2": content_hash(V2["s2"])}
     w2 = L.StepWrite(step="s2", sources=src2, input_key=input_key("s2", src2), result="r",
                      result_id="r2")
     with pytest.raises(outlive.VersionMismatch):
-        await backend.execute(w, L.RecordSteps(attempt=1, token=a1.token, entries=(w2,), at=1))
+        await backend.execute(w, L.RecordSteps(attempt=1, token=a1.token, entries=(w2,), at=1,
+                                               secret=a1.secret))
     assert await backend.load(w) == st0, "a rejected command wrote something"
     # a candidate built for v1 once v2 is current: refused at acceptance, nothing written
     wk = Worker(backend, a1, V1, clock=lambda: 2)
@@ -156,7 +158,7 @@ async def test_every_rejection_keeps_its_class(backend: outlive.Backend) -> None
                       result_id="r1")
     with pytest.raises(outlive.errors.UndeclaredInput):
         await backend.execute(w, L.RecordSteps(attempt=a.number, token=a.token, entries=(lie,),
-                                               at=1))
+                                               at=1, secret=a.secret))
     wk = Worker(backend, a, V1, clock=lambda: 2)
     await wk.start()
     await wk.step("s1", lambda s1: {"s": s1[:5]}, s1=V1["s1"])
@@ -182,7 +184,8 @@ async def test_concurrent_commands_on_one_work_are_serialised(backend: outlive.B
     w = wid()
     ctl = await _open(backend, w)
     a = await ctl.admit(w)
-    await asyncio.gather(*(backend.execute(w, L.Heartbeat(attempt=a.number, token=a.token, at=i))
+    await asyncio.gather(*(backend.execute(w, L.Heartbeat(attempt=a.number, token=a.token, at=i,
+                                                          secret=a.secret))
                            for i in range(40)))
     st = await backend.load(w)
     assert st is not None

@@ -76,9 +76,11 @@ def summarise(**kw: str) -> dict[str, Any]:
     return {"summary": next(iter(kw.values()))[:10]}
 
 
-async def _beats(b: RestateBackend, w: str, att: int, tok: int, n: int) -> tuple[int, int]:
+async def _beats(b: RestateBackend, w: str, att: int, tok: int, n: int,
+                 secret: str | None = None) -> tuple[int, int]:
     """n concurrent heartbeats: (confirmed, typed failures). Anything else propagates."""
-    res = await asyncio.gather(*(b.execute(w, L.Heartbeat(attempt=att, token=tok, at=i))
+    res = await asyncio.gather(*(b.execute(w, L.Heartbeat(attempt=att, token=tok, at=i,
+                                                           secret=secret))
                                  for i in range(n)), return_exceptions=True)
     bad = [r for r in res if isinstance(r, BaseException)
            and not isinstance(r, outlive.errors.BackendUnavailable)]
@@ -99,7 +101,7 @@ async def test_server_restart_mid_run_resumes(server: RestateServer,
     for k in ("s1", "s2"):
         await wk.step(k, summarise, **{k: V1[k]})
     # a burst of commands in flight while the server is SIGKILLed and restarted
-    burst = asyncio.ensure_future(_beats(backend, w, a.number, a.token, 30))
+    burst = asyncio.ensure_future(_beats(backend, w, a.number, a.token, 30, a.secret))
     await asyncio.sleep(0.02)
     await asyncio.to_thread(server.restart_server, hard=True)
     ok, failed = await burst

@@ -20,7 +20,7 @@ import pytest
 from outlive import Backend, Contract, Controller, Worker
 from outlive import ledger as L
 from outlive.errors import StaleOwner
-from outlive.records import WorkState
+from outlive.records import Receipt, WorkState
 from outlive_restate._ledger import _view, _write, read_all
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -130,7 +130,8 @@ async def test_every_write_of_a_work_can_be_cut_anywhere() -> None:
     cand = await wk.candidate({"text": "digest"})
     await ctl.assess(w, cand.digest, Contract(name="form", version="1", assessor="t"),
                      lambda c, v: (True, "ok"))
-    await wk.effect("post:1", {"text": "digest"}, lambda key, payload: "P1")
+    await wk.effect("post:1", {"text": "digest"},
+                    lambda key, payload: Receipt(effect_id="P1", duplicate=False, key=key))
     await wk.finish()
     # the input changes and a successor restores what still matches
     await ctl.publish(w, "v2", V2)

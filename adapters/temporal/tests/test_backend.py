@@ -138,17 +138,18 @@ async def test_rejections_are_typed_and_write_nothing(backend: TemporalBackend) 
     big = dict(write.__dict__, result="x" * 300_000)
     with pytest.raises(PayloadTooLarge):
         await backend.execute(work, L.RecordSteps(attempt=a1.number, token=a1.token,
+                                                  secret=a1.secret,
                                                   entries=(L.StepWrite(**big),), at=2))
     huge = tuple(L.StepWrite(**dict(write.__dict__, result="y" * 200_000, result_id=f"r{i}"))
                  for i in range(12))
     with pytest.raises(PayloadTooLarge):
         await backend.execute(work, L.RecordSteps(attempt=a1.number, token=a1.token,
-                                                  entries=huge, at=2))
+                                                  secret=a1.secret, entries=huge, at=2))
     # a step that claims to have read another version's part
     bad_sources = {"s2": content_hash(V2["s2"])}
     with pytest.raises(VersionMismatch):
         await backend.execute(work, L.RecordSteps(
-            attempt=a1.number, token=a1.token, at=2,
+            attempt=a1.number, token=a1.token, at=2, secret=a1.secret,
             entries=(L.StepWrite(step="s2", sources=bad_sources,
                                  input_key=input_key("s2", bad_sources), result=1,
                                  result_id="q"),)))

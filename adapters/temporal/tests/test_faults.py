@@ -75,7 +75,7 @@ async def test_restart_mid_run_resumes_without_half_writes() -> None:
         b2 = TemporalBackend(srv.url + "?retry_s=2")
         await b2.start()
         w2 = Worker(b2, a1, V1, clock=lambda: next(tick))
-        await w2.start()
+        await w2.start(claim=False)   # the same worker, reconnected: it claimed a1 already
         srv.stop()
         with pytest.raises(BackendUnavailable):
             await w2.heartbeat()

@@ -109,7 +109,8 @@ class _Fenced:
             key = input_key(f"s{self.i}", src)
             entries.append(L.StepWrite(step=f"s{self.i}", sources=src, input_key=key,
                                        result={"summary": "y" * 120},
-                                       result_id=L.result_id(self.work, f"s{self.i}", key, 1)))
+                                       result_id=L.result_id(self.work, f"s{self.i}", key, 1),
+                                       external=("x",)))
             self.i += 1
         return L.RecordSteps(attempt=self.att.number, token=self.att.token, at=self.i,
                              entries=tuple(entries))

@@ -124,7 +124,8 @@ class BackendContractSuite(BackendFixture):
         before = await outlive_backend.load(w.work_id)
         with pytest.raises(PayloadTooLarge):
             await w.worker.step("s1", lambda s1: "x" * (L.MAX_PAYLOAD_BYTES + 10), s1=V1["s1"])
-        bad = L.RecordSteps(attempt=w.attempt.number, token=w.attempt.token, at=1, entries=(
+        bad = L.RecordSteps(attempt=w.attempt.number, token=w.attempt.token, at=1,
+                            secret=w.attempt.secret, entries=(
             L.StepWrite(step="s1", sources={"s1": content_hash("something else")},
                         input_key=input_key("s1", {"s1": content_hash(V1["s1"])}),
                         result="r", result_id="u" * 64),))
@@ -162,7 +163,8 @@ class BackendContractSuite(BackendFixture):
     async def test_retried_commands_apply_once(self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)
         key = input_key("s1", {"s1": content_hash(V1["s1"])})
-        cmd = L.RecordSteps(attempt=w.attempt.number, token=w.attempt.token, at=1, entries=(
+        cmd = L.RecordSteps(attempt=w.attempt.number, token=w.attempt.token, at=1,
+                            secret=w.attempt.secret, entries=(
             L.StepWrite(step="s1", sources={"s1": content_hash(V1["s1"])}, input_key=key,
                         result={"summary": "x"},
                         result_id=L.result_id(w.work_id, "s1", key, w.attempt.number)),))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import outlive
@@ -37,9 +37,10 @@ from outlive import (
     Worker,
     content_hash,
 )
+from outlive import ledger as L
 from outlive.errors import ContractFailed, FencingError, ScenarioError, StaleOwner, VersionMismatch
 from outlive.hashing import short
-from outlive.records import Candidate, EffectState, InputVersion, WorkState
+from outlive.records import Candidate, InputVersion, WorkState
 from outlive.rules import (
     LatestAccepted,
     LatestFinished,
@@ -60,8 +61,12 @@ class WorkerCrashed(Exception):
     """Raised inside a crashed worker's model call: its process is gone and never comes back."""
 
 
-class PosterDied(Exception):
-    """The posting worker died after the feed applied the post, before it could record that."""
+class PosterDied(BaseException):
+    """The posting worker died after the feed applied the post, before it could record that.
+
+    A death, not a transport failure: it must not be taken for the receiver's silence (which
+    the worker reports as ``EffectAmbiguous``), so it is not an ``Exception``.
+    """
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,7 +292,7 @@ class _Run:
         if st.policy.pins and acc.version != st.current_version:
             return False
         eff = st.effect(self.op_key(acc.digest))
-        return eff is not None and eff.state is EffectState.CONFIRMED
+        return L.is_settled(eff)
 
     def assessor(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
         """Completeness and form only; it does not re-derive figures (as the article says)."""
@@ -483,7 +488,7 @@ class _Run:
         att = st.attempt(assignment.attempt)
         assert att is not None and att.token == assignment.token
         snapshot = self.sc.versions[att.pinned_version or self.sc.first_version]
-        w = Worker(self.b, att, snapshot,
+        w = Worker(self.b, replace(att, secret=assignment.secret), snapshot,
                    persist="step" if self.sw.progress == "step" else "end",
                    clock=lambda: self.tick)
         await w.start()
@@ -668,7 +673,7 @@ class _Run:
 
     def announced(self, st: WorkState, digest: str) -> bool:
         eff = st.effect(self.op_key(digest))
-        return eff is not None and eff.state is EffectState.CONFIRMED
+        return L.is_settled(eff)
 
     def complete_for(self, actor: _Actor, st: WorkState) -> bool:
         digest = self.latest_for(actor, st)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
@@ -34,7 +34,7 @@ from langgraph.func import task
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
-from outlive import Worker
+from outlive import External, Worker
 from outlive.errors import ConfigError, InvalidRecord
 from outlive.hashing import content_hash, input_key
 from outlive.records import AttemptState
@@ -133,15 +133,20 @@ class OutliveTask(Generic[P, T]):
     """An input-keyed, fenced step that runs as exactly one LangGraph ``@task`` call."""
 
     def __init__(self, fn: Callable[P, Awaitable[T]] | Callable[P, T], *, name: str | None = None,
-                 step: str | Callable[..., str] | None = None) -> None:
+                 step: str | Callable[..., str] | None = None,
+                 external: Iterable[str] = ()) -> None:
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", "step"))
         self.step = step
+        #: Arguments that are not parts of the input version (a label, a setting): declared, so
+        #: the ledger accepts them; any other argument must be a part of the pinned version.
+        self.external = frozenset(external)
         self._sig = inspect.signature(fn)
+        wrap = self._declared
 
         async def body(step: str, inputs: dict[str, Any]) -> dict[str, Any]:
             worker = current_worker()
-            result = await _inline(worker, step, fn, inputs)
+            result = await _inline(worker, step, fn, wrap(inputs))
             done = worker.steps[step]
             return {_ENVELOPE: step, "key": done.input_key, "attempt": worker.attempt.number,
                     "result": result}
@@ -150,6 +155,9 @@ class OutliveTask(Generic[P, T]):
         # No retry policy: a retried body would be a second model call the ledger never saw.
         self._task: Any = task(name=self.name)(body)  # type: ignore[arg-type]
         functools.update_wrapper(self, fn)
+
+    def _declared(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {k: External(v) if k in self.external else v for k, v in inputs.items()}
 
     def step_name(self, inputs: Mapping[str, Any]) -> str:
         """The journal's name for this call: from ``step=``, else the function and its inputs."""
@@ -174,26 +182,28 @@ class OutliveTask(Generic[P, T]):
                 result = worker.result(step)   # the body ran (or restored) just now
                 return result
             if worker.can_restore(step, **inputs):
-                result = await _inline(worker, step, self.fn, inputs)
+                result = await _inline(worker, step, self.fn, self._declared(inputs))
                 return result
             if envelope.get("attempt") == worker.attempt.number:
                 # This attempt's own result, saved by LangGraph before an interrupt or a failure
                 # but not yet journaled (progress saved at the end): journal it, don't recompute.
                 saved = envelope.get("result")
-                result = await _inline(worker, step, lambda **_: saved, inputs)
+                result = await _inline(worker, step, lambda **_: saved, self._declared(inputs))
                 return result
         # LangGraph handed this position another step's result, or one from an attempt the
         # journal never saw: run the step here, outside the task whose position is taken.
-        result = await _inline(worker, step, self.fn, inputs)
+        result = await _inline(worker, step, self.fn, self._declared(inputs))
         return result
 
 
 class _Decorator:
     """``@outlive_task(step=...)``: typed so that an async function's result type is its value."""
 
-    def __init__(self, name: str | None, step: str | Callable[..., str] | None) -> None:
+    def __init__(self, name: str | None, step: str | Callable[..., str] | None,
+                 external: Iterable[str] = ()) -> None:
         self.name = name
         self.step = step
+        self.external = tuple(external)
 
     @overload
     def __call__(self, fn: Callable[P, Awaitable[T]], /) -> OutliveTask[P, T]: ...
@@ -201,7 +211,7 @@ class _Decorator:
     def __call__(self, fn: Callable[P, T], /) -> OutliveTask[P, T]: ...
 
     def __call__(self, fn: Any, /) -> Any:
-        return OutliveTask(fn, name=self.name, step=self.step)
+        return OutliveTask(fn, name=self.name, step=self.step, external=self.external)
 
 
 @overload
@@ -210,21 +220,25 @@ def outlive_task(fn: Callable[P, Awaitable[T]], /) -> OutliveTask[P, T]: ...
 def outlive_task(fn: Callable[P, T], /) -> OutliveTask[P, T]: ...
 @overload
 def outlive_task(*, name: str | None = None,
-                 step: str | Callable[..., str] | None = None) -> _Decorator: ...
+                 step: str | Callable[..., str] | None = None,
+                 external: Iterable[str] = ()) -> _Decorator: ...
 
 
 def outlive_task(fn: Any = None, /, *, name: str | None = None,
-                 step: str | Callable[..., str] | None = None) -> Any:
+                 step: str | Callable[..., str] | None = None,
+                 external: Iterable[str] = ()) -> Any:
     """Decorator replacing LangGraph's ``@task``: restore by input key, fence every write.
 
     The step is named from the function and its declared inputs (``summarise:<12 hex>``), so
     nothing positional enters the journal; ``step=`` (a string, or a function of the inputs such
     as ``lambda section, **_: section``) gives readable names. The declared arguments are the
-    whole input key: a body that reads anything else makes reuse unsound.
+    whole input key: a body that reads anything else makes reuse unsound. Each argument is a
+    part of the attempt's input version (by name and hash, or by content) or named in
+    ``external`` (a label such as the section name, a setting): the ledger refuses any other.
     """
     if fn is not None:
-        return OutliveTask(fn, name=name, step=step)
-    return _Decorator(name, step)
+        return OutliveTask(fn, name=name, step=step, external=external)
+    return _Decorator(name, step, external)
 
 
 def outlive_node(fn: Any = None, /, *, name: str | None = None,

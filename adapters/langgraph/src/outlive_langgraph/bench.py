@@ -36,7 +36,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 
-from outlive import Controller, Worker, open_backend
+from outlive import Controller, External, Worker, open_backend
 
 from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer
 from ._engine import outlive_node, outlive_task, persist_for, run
@@ -211,7 +211,7 @@ async def per_invocation(url: str, n: int, durability: Durability) -> dict[str, 
         await raw_prog.ainvoke(i, cfg, durability=durability)
         raw_t.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        await w.step(f"s{i}", lambda i: {"i": i}, i=i)
+        await w.step(f"s{i}", lambda i: {"i": i}, i=External(i))
         out_t.append(time.perf_counter() - t0)
     await b.close()
     return _ratio("raw_invoke", raw_t, "outlive_worker_step", out_t)

@@ -149,7 +149,7 @@ class Attempt:
         return dict(self._parts)
 
     async def step(self, name: str, activity: Any, /, *args: Any, reads: Mapping[str, Any] | None = None,
-                   **options: Any) -> Any:
+                   external: Sequence[str] = (), **options: Any) -> Any:
         """Restore ``name`` from the journal by input key, or run ``activity(*args)`` and journal it.
 
         The input key is the hash of the declared inputs: ``reads`` if given, else the arguments
@@ -157,7 +157,9 @@ class Attempt:
         is checked against it; several are ``name[0]``, ``name[1]``, ...). ``options`` go to
         ``workflow.execute_activity``; the defaults are one try (outlive admits a successor
         instead of Temporal retrying) and the work's heartbeat timeout, which is this attempt's
-        lease. Returns the activity's result, typed as ``execute_activity`` types it.
+        lease. Returns the activity's result, typed as ``execute_activity`` types it. Each
+        declared input is a part of the pinned version (by name and hash, or by content) or named
+        in ``external`` (a setting, a counter); the ledger refuses any other kind.
         """
         led = self._ledger
         led.check_live(self)
@@ -183,7 +185,8 @@ class Attempt:
         led.check_live(self)
         rid = L.result_id(self.work_id, name, key, self.number)
         write = L.StepWrite(step=name, sources=sources, input_key=key,
-                            result=led.keep(result), result_id=rid)
+                            result=led.keep(result), result_id=rid,
+                            external=tuple(sorted(external)))
         led.apply(L.RecordSteps(attempt=self.number, token=self.token, entries=(write,),
                                 at=led.now()))
         self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
