@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from typing import Any
@@ -120,6 +121,15 @@ async def _supervise(args: argparse.Namespace) -> int:
         print(f"done: {short(done.acceptance.digest)} accepted for {done.acceptance.version} after "
               f"{len(done.attempts)} attempt(s); every effect confirmed")
         return 0
+    except asyncio.CancelledError:
+        # Ctrl-C: show where the work stands now, read from the ledger (the last redraw may be
+        # a pass behind), then stop
+        if not args.quiet:
+            with contextlib.suppress(Exception):
+                st = await backend.load(definition.work_id)
+                if st is not None:
+                    print("\n".join(status_lines(st, wall_clock_ms())), flush=True)
+        raise
     except GaveUp as exc:
         print(f"outlive: GaveUp: {exc.message}", file=sys.stderr)
         for a in exc.details.get("attempts", []):
