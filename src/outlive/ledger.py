@@ -62,6 +62,7 @@ __all__ = [
     "changed",
     "check_acceptable",
     "check_command",
+    "check_owner",
     "check_size",
     "check_work_id",
     "is_command",
@@ -329,6 +330,27 @@ def check_command(cmd: Any) -> None:
     if not is_command(cmd):
         raise E.InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
     check_fields(cmd)
+
+
+def check_owner(state: WorkState, attempt: int, token: int) -> None:
+    """Raise the fence's rejection if attempt ``attempt`` holding ``token`` may not write now.
+
+    For a store that fences its own writes on behalf of an attempt (LangGraph's checkpoints):
+    the token's epoch must be this attempt's (``UnknownToken``), not older than the work's
+    (``StaleOwner``, with fencing on), and the attempt not stopped or finished
+    (``AttemptEnded``). The token's secret is not asked here: the worker proved it to the
+    ledger with its own writes, and a store's config should not carry it.
+    """
+    att = state.attempt(attempt)
+    if att is None or att.token != token or token > state.epoch or token <= 0:
+        raise E.UnknownToken(f"token {token} was never issued to attempt #{attempt} of "
+                             f"{state.work_id}", token=token, attempt=attempt, epoch=state.epoch)
+    if token < state.epoch and state.policy.fencing:
+        raise E.StaleOwner(f"attempt #{attempt} holds token {token}, but the epoch is "
+                           f"{state.epoch}", token=token, attempt=attempt, epoch=state.epoch)
+    if att.state in _ENDED:
+        raise E.AttemptEnded(f"attempt #{attempt} of {state.work_id} is {att.state.value}: it "
+                             "holds no write authority", attempt=attempt, state=att.state.value)
 
 
 def is_settled(effect: Effect | None) -> bool:

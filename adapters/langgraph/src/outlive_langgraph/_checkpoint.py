@@ -38,8 +38,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from outlive.backend import Backend
-from outlive.errors import ConfigError, InvalidRecord, NotFound
-from outlive.ledger import RecordSteps, apply
+from outlive.errors import ConfigError, NotFound
+from outlive.ledger import check_owner
 from outlive.records import WorkState
 from outlive.sqlstore import SqliteLedgerStore
 
@@ -51,17 +51,11 @@ __all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "may_write"]
 def may_write(state: WorkState | None, work_id: str, attempt: int, token: int) -> None:
     """Raise the ledger's own rejection (``StaleOwner``, ``UnknownToken``) if the token may not write.
 
-    Asks :func:`outlive.ledger.apply` with an empty journal write: the owner check runs first,
-    then the empty write is refused as such, which means the owner passed.
+    Asks the ledger's published owner check (:func:`outlive.ledger.check_owner`).
     """
     if state is None:
         raise NotFound(f"work {work_id!r} is not open", work_id=work_id)
-    try:
-        apply(state, RecordSteps(attempt=attempt, token=token, entries=(), at=0))
-    except InvalidRecord as exc:
-        if exc.details.get("field") == "entries":
-            return
-        raise
+    check_owner(state, attempt, token)
 
 
 class FencedCheckpointer(BaseCheckpointSaver[Any]):
