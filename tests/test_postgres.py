@@ -77,7 +77,7 @@ async def _busy_work(url: str, work_id: str = "busy") -> outlive.Backend:
     ctl = Controller(b, clock=lambda: 0)
     await ctl.open_work(work_id)
     await ctl.publish(work_id, "v1", {"s1": "x"})
-    await ctl.admit(work_id)
+    await ctl.admit(work_id, keyed=False)   # the tests write for it with raw commands
     return b
 
 
@@ -87,7 +87,8 @@ async def _other_works_commit(b: outlive.Backend, n: int) -> None:
         await ctl.open_work(f"other-{i}")
         await ctl.publish(f"other-{i}", "v1", {"s1": "x"})
         att = await ctl.admit(f"other-{i}")
-        await b.execute(f"other-{i}", L.Heartbeat(attempt=att.number, token=att.token, at=1))
+        await b.execute(f"other-{i}", L.Heartbeat(attempt=att.number, token=att.token, at=1,
+                                                   secret=att.secret))
 
 
 # A worker process that holds a transaction on its work's row when it is paused. outlive's own
@@ -207,11 +208,13 @@ async def test_a_heartbeat_writes_the_same_wal_bytes_whatever_the_candidates(
                 content = {"text": f"{i}" + "c" * size}
                 await b.execute("w", L.SubmitCandidate(
                     attempt=att.number, token=att.token, parts=(part,), content=content, at=2,
-                    digest=L.candidate_digest("w", "v1", (part,), content)))
-            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=3))
+                    digest=L.candidate_digest("w", "v1", (part,), content), secret=att.secret))
+            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=3,
+                                             secret=att.secret))
             await admin.execute("CHECKPOINT")  # full-page images after a checkpoint: same for both
             lsn: Any = await (await admin.execute("SELECT pg_current_wal_lsn()")).fetchone()
-            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=4))
+            await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=4,
+                                             secret=att.secret))
             n: Any = await (await admin.execute(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn[0],))).fetchone()
             return int(n[0])
