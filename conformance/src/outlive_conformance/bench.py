@@ -184,8 +184,9 @@ async def _heartbeat_bytes(url: str, counts: list[int], size: int = 100_000) -> 
                 content = {"text": f"{i}" + "c" * size}
                 await backend.execute(work, L.SubmitCandidate(
                     attempt=att.number, token=att.token, parts=(part,), content=content, at=2,
-                    digest=L.candidate_digest(work, "v1", (part,), content)))
-            await backend.execute(work, L.Heartbeat(attempt=att.number, token=att.token, at=3))
+                    digest=L.candidate_digest(work, "v1", (part,), content), secret=att.secret))
+            await backend.execute(work, L.Heartbeat(attempt=att.number, token=att.token, at=3,
+                                                    secret=att.secret))
             out[k] = backend.ledger.store.last_write_bytes
     finally:
         await backend.close()
