@@ -49,17 +49,11 @@ def q3_runs() -> dict[str, dict[str, Any]]:
     return _sweep_q3()
 
 
-#: The disagreement in short (``oracle.KNOWN_DISAGREEMENT`` has it in full).
-_HARNESS_LEAVES_INTENT_OPEN = (
-    "harness vs article: once a paused, unfenced worker's own digest is accepted and announced, "
-    "the dead first poster's unconfirmed intent is never settled (no successor is admitted; the "
-    "article's t13 admits #3 'to settle the unconfirmed post')")
-
-
 def _param(sw: Switches) -> Any:
-    marks = [pytest.mark.xfail(strict=True, reason=_HARNESS_LEAVES_INTENT_OPEN)] \
-        if known_disagreement(sw) else []
-    return pytest.param(sw, id=sw.label, marks=marks)
+    # Every run must agree: the 72 runs the harness once ended with a dead poster's intent
+    # unconfirmed (it now settles every intent, as the article's t13 does) agree too.
+    assert known_disagreement(sw) is None
+    return pytest.param(sw, id=sw.label)
 
 
 @pytest.mark.parametrize("sw", [_param(sw) for sw in all_switches()])
@@ -170,10 +164,6 @@ _VARIANTS: dict[str, tuple[str, str]] = {
                              'needs = "latest-finished"\n'),
     "wakes-before-suspicion": ("wake_at = 8", "wake_at = 4"),
 }
-#: Variants whose story no longer has a paused worker's own digest accepted after the first poster
-#: died (silent in s1, the retry dies too, or the worker wakes before anyone replaces it): there the
-#: harness agrees with the oracle even where ``known_disagreement`` names q3-report's runs.
-_STORY_CHANGED = frozenset({"silent-in-s1", "poster-dies-twice", "wakes-before-suspicion"})
 #: The article's scenes (the golden runs' switches), run on each variant.
 _SCENES: tuple[dict[str, str], ...] = (
     {}, {"silent": "crashed"}, {"fencing": "off"}, {"fencing": "off", "change": "never"},
@@ -201,9 +191,7 @@ def _variant_params() -> list[Any]:
         for scene in _SCENES:
             sw = q3_report().defaults.set(**scene)
             label = f"{name}:{','.join(f'{k}={v}' for k, v in scene.items()) or 'main'}"
-            if known_disagreement(sw) and name not in _STORY_CHANGED:
-                marks = [pytest.mark.xfail(strict=True, reason=_HARNESS_LEAVES_INTENT_OPEN)]
-            elif name == "wakes-before-suspicion" and sw.progress == "end":
+            if name == "wakes-before-suspicion" and sw.progress == "end":
                 marks = [pytest.mark.xfail(strict=True, reason=_WOKEN_WORKER_GIVES_NO_BEAT)]
             else:
                 marks = []

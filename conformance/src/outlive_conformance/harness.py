@@ -292,7 +292,9 @@ class _Run:
         if st.policy.pins and acc.version != st.current_version:
             return False
         eff = st.effect(self.op_key(acc.digest))
-        return L.is_settled(eff)
+        # every intent settled, not only the latest digest's: an unconfirmed post of another
+        # digest (a dead poster's) still needs a successor to settle it, as in the article's t13
+        return L.is_settled(eff) and all(L.is_settled(e) for e in st.effects)
 
     def assessor(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
         """Completeness and form only; it does not re-derive figures (as the article says)."""

@@ -43,7 +43,7 @@ from typing import Any
 
 from .scenario import Consumer, Scenario, Switches
 
-__all__ = ["KNOWN_DISAGREEMENT", "Prediction", "compare", "known_disagreement", "observed", "predict"]
+__all__ = ["Prediction", "compare", "known_disagreement", "observed", "predict"]
 
 #: Phases in which an attempt still acts (and beats).
 _LIVE = ("start", "work", "awaiting")
@@ -504,23 +504,13 @@ def compare(prediction: Prediction, summary: dict[str, Any]) -> list[str]:
 
 #: Where the harness is known to disagree with this model, and why (reported, not fitted: the
 #: oracle keeps the article's reading; the tests mark these runs as expected failures).
-KNOWN_DISAGREEMENT = (
-    "the harness ends the story with an unconfirmed effect intent and admits no successor to settle "
-    "it: a paused worker's own digest (fencing off) is accepted and announced after the first poster "
-    "died, and the harness's completion rule looks only at the latest acceptance's announcement. "
-    "The article's controller admits a successor 'to settle the unconfirmed post' (t13), the timing "
-    "model's rule 4 admits one whenever the owner is unknown, and the library's default "
-    "work_complete counts an open intent as not done; so the oracle has #3 resend the first post "
-    "(a second post under a per-attempt or missing key, which the harness never shows)"
-)
 
 
 def known_disagreement(switches: Switches) -> str | None:
-    """The reason the harness disagrees with the oracle on this run of the shipped scenarios, if it
-    does: the runs where the paused worker, unfenced, gets its own digest accepted and announced
-    after the first poster died (the input unchanged, or no pins to refuse its old version)."""
-    sw = switches
-    if (sw.silent == "paused" and sw.fencing == "off" and sw.dies == "yes"
-            and (sw.change == "never" or sw.pins == "off")):
-        return KNOWN_DISAGREEMENT
+    """The reason the harness disagrees with the oracle on this run, if it does: none remains.
+
+    The harness once ended a story with a dead poster's intent unconfirmed (72 runs of each
+    sweep: its completion rule looked only at the latest acceptance's announcement); it now
+    settles every intent before the work is complete, as the article's t13 does.
+    """
     return None
