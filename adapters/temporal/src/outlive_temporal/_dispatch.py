@@ -119,6 +119,10 @@ async def _backend(url: str) -> Backend:
 class _Capture(Dispatcher):
     """What the supervisor's rules would dispatch, captured for the workflow to run."""
 
+    #: The attempt travels as activity arguments, which Temporal keeps in its history: a token's
+    #: secret part must not go there, so these attempts are admitted by the epoch alone.
+    carries_secret = False
+
     def __init__(self) -> None:
         self.assigned: list[Assignment] = []
 
@@ -257,6 +261,8 @@ class TemporalDispatcher(Dispatcher):
     """Hands a work's attempts to Temporal: the engine detects silence and takes over itself."""
 
     drives_takeover = True
+    #: As for the engine's own successors: no secret in Temporal's history (epoch alone).
+    carries_secret = False
 
     def __init__(self, client: Client, task_queue: str) -> None:
         self.client = client
