@@ -109,16 +109,19 @@ class Necessity:
         if self.breaks_when is None and self.by_value:
             parts = [f"{k}: " + ("never" if w is None and not self._broke(k) else
                                  "every run" if w == {} else
-                                 " and ".join(f"{s} in {{{', '.join(v)}}}" for s, v in w.items())
-                                 if w is not None else "no single switch")
+                                 _condition(w) if w is not None else "no single switch")
                      for k, w in self.by_value.items()]
             return f"broke {self.broken}/{self.runs} runs - " + "; ".join(parts)
         if self.breaks_when is None:
             return f"broke {self.broken}/{self.runs} runs (no single switch describes which)"
         if not self.breaks_when:
             return f"broke every run ({self.broken}/{self.runs})"
-        cond = " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in self.breaks_when.items())
-        return f"broke exactly the runs where {cond} ({self.broken}/{self.runs})"
+        return f"broke exactly the runs where {_condition(self.breaks_when)} ({self.broken}/{self.runs})"
+
+
+def _condition(when: dict[str, tuple[str, ...]]) -> str:
+    """``{"change": ("after", "during")}`` as text: ``change in {after, during}``."""
+    return " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in when.items())
 
 
 def _removed(sw: Switches, switch: str, on: str) -> bool:
@@ -209,13 +212,10 @@ def check_claims(result: SweepResult, expected: dict[str, dict[str, Any]] | None
             n = found[name]
             if when and all("=" in k for k in when):       # per value of the removed switch
                 holds = n.necessary and n.by_value == when
-                want = "; ".join(f"{k}: " + " and ".join(f"{s} in {{{', '.join(v)}}}"
-                                                           for s, v in (w or {}).items())
-                                 for k, w in when.items())
+                want = "; ".join(f"{k}: {_condition(w or {})}" for k, w in when.items())
             else:
                 holds = n.necessary and n.breaks_when == when
-                want = ("every run" if not when else
-                        " and ".join(f"{k} in {{{', '.join(v)}}}" for k, v in when.items()))
+                want = "every run" if not when else _condition(when)
             claims.append(Claim(
                 name=f"{name}-needed", text=f"removing {name} breaks exactly the runs where {want}",
                 holds=holds, detail=n.described, must=False))
