@@ -116,10 +116,16 @@ class Draft(TypedDict, total=False):
     draft: str
 
 
-async def test_a_paused_attempt_cannot_fork_the_users_thread(lg_url: str, tmp_path: Path) -> None:
+async def test_a_paused_attempt_cannot_fork_the_users_thread(lg_url: str) -> None:
     """The fence is inside LangGraph's own writes: the woken attempt's plain node (no outlive
     step at all) finishes, and its ``put_writes``/``put`` are refused with ``StaleOwner``."""
-    b = await outlive.open_backend(lg_url)
+    await paused_attempt_cannot_fork(lg_url)
+
+
+async def paused_attempt_cannot_fork(url: str) -> None:
+    """#1 paused in a plain node, #2 runs on the same thread, #1 wakes: through the saver the
+    backend hands out by default (``backend.checkpointer``), #1's writes are refused."""
+    b = await outlive.open_backend(url)
     assert isinstance(b, LangGraphBackend)
     held, release = asyncio.Event(), asyncio.Event()
     try:

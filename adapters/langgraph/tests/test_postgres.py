@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
+from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
 
 import outlive
 from outlive import Controller, Worker
 from outlive import ledger as L
 from outlive_conformance.suite import ConformanceSuite
-from outlive_langgraph import step_thread_id
+from outlive_langgraph import run, step_thread_id
 from outlive_langgraph.pgserver import PostgresServer
+from outlive_langgraph.postgres import FencedAsyncPostgresSaver
 
 from ._q3 import V1, V2
+from .test_fork import Draft, paused_attempt_cannot_fork
 
 
 class TestLangGraphPostgres(ConformanceSuite):
@@ -92,3 +98,115 @@ async def test_unreachable_postgres_is_backend_unavailable() -> None:
         await outlive.open_backend("langgraph+postgres://outlive@127.0.0.1:9/nope")
     with pytest.raises(outlive.ConfigError):
         await outlive.open_backend("langgraph+postgres://")
+
+
+async def test_a_paused_attempt_cannot_fork_the_users_thread_on_postgres(
+        pg_server: PostgresServer) -> None:
+    """``backend.checkpointer`` on ``langgraph+postgres`` is fenced by default (no ``fence``)."""
+    await paused_attempt_cannot_fork(pg_server.create_database(f"f_{uuid.uuid4().hex[:8]}"))
+
+
+def _draft_graph(saver: Any) -> Any:
+    async def draft(state: Draft) -> Draft:   # the user's own node, not an outlive step
+        return {"draft": f"digest of {state['report']}"}
+
+    g = StateGraph(Draft)
+    g.add_node(draft)
+    g.add_edge(START, "draft")
+    g.add_edge("draft", END)
+    return g.compile(checkpointer=saver)
+
+
+async def _takeover(b: outlive.Backend) -> Worker:
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.publish("q3", "v2", V2)
+    await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+    w2 = Worker(b, await ctl.admit("q3"), V2)
+    await w2.start()
+    return w2
+
+
+async def test_no_admission_commits_between_the_fence_check_and_the_write(
+        pg_server: PostgresServer) -> None:
+    """The owner check and LangGraph's statements are one transaction: a takeover that arrives
+    while #1's write sits between its check and its statements waits for that write (a check,
+    then a separate write, would let it slip in between and #1's write land after #2's)."""
+    b = await outlive.open_backend(pg_server.create_database(f"w_{uuid.uuid4().hex[:8]}"))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        graph = _draft_graph(saver)
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("q3")
+        await ctl.publish("q3", "v1", V1)
+        w1 = Worker(b, await ctl.admit("q3"), V1)
+        await w1.start()
+        held, release = asyncio.Event(), asyncio.Event()
+
+        async def pause(owner: tuple[str, int, int]) -> None:
+            if owner[1] == 1 and not held.is_set():
+                held.set()
+                await release.wait()
+
+        saver.before_write = pause
+        thread: RunnableConfig = {"configurable": {"thread_id": "q3-report"}}
+        stale = asyncio.create_task(run(graph, {"report": "v1"}, worker=w1, config=thread))
+        await asyncio.wait_for(held.wait(), 10)     # #1 passed its check, holds the head
+        takeover = asyncio.create_task(_takeover(b))
+        await asyncio.sleep(0.3)
+        assert not takeover.done(), "no ledger write commits inside #1's fenced write"
+        release.set()
+        w2 = await asyncio.wait_for(takeover, 30)
+        with pytest.raises(outlive.StaleOwner):
+            await stale                              # #1's next write is refused
+        assert (await run(graph, {"report": "v2"}, worker=w2, config=thread))["draft"] == \
+            "digest of v2"
+        history = [t async for t in saver.alist(thread)]
+        parents = Counter(t.parent_config["configurable"]["checkpoint_id"]
+                          for t in history if t.parent_config)
+        assert max(parents.values()) == 1, "no two checkpoints share a parent: no fork"
+        assert (await graph.aget_state(thread)).values["draft"] == "digest of v2"
+    finally:
+        await b.close()
+
+
+async def test_a_writer_paused_inside_the_fence_is_cut_off(pg_server: PostgresServer) -> None:
+    """A writer that stops inside its fenced transaction (SIGSTOP, a long GC pause) does not
+    hold the work: the server ends its session after ``idle_in_transaction_session_timeout``,
+    the takeover commits, and the paused write never lands."""
+    url = pg_server.create_database(f"c_{uuid.uuid4().hex[:8]}") + \
+        "?idle_in_transaction_session_timeout=300"
+    b1 = await outlive.open_backend(url)
+    b2 = await outlive.open_backend(url)        # the successor's process
+    try:
+        saver = b1.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        ctl = Controller(b1, clock=lambda: 0)
+        await ctl.open_work("q3")
+        await ctl.publish("q3", "v1", V1)
+        w1 = Worker(b1, await ctl.admit("q3"), V1)
+        await w1.start()
+        held, release = asyncio.Event(), asyncio.Event()
+
+        async def pause(owner: tuple[str, int, int]) -> None:
+            if not held.is_set():
+                held.set()
+                await release.wait()
+
+        saver.before_write = pause
+        thread: RunnableConfig = {"configurable": {"thread_id": "q3-report"}}
+        stale = asyncio.create_task(run(_draft_graph(saver), {"report": "v1"}, worker=w1,
+                                        config=thread))
+        await asyncio.wait_for(held.wait(), 10)
+        w2 = await asyncio.wait_for(_takeover(b2), 30)   # waits until the server cuts #1 off
+        release.set()
+        with pytest.raises(psycopg.OperationalError):
+            await stale
+        graph2 = _draft_graph(b2.checkpointer)  # type: ignore[attr-defined]
+        assert (await run(graph2, {"report": "v2"}, worker=w2, config=thread))["draft"] == \
+            "digest of v2"
+        assert {t.metadata.get("outlive_attempt")
+                async for t in b2.checkpointer.alist(thread)} == {2}  # type: ignore[attr-defined]
+    finally:
+        await b1.close()
+        await b2.close()

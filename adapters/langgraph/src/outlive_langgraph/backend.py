@@ -26,7 +26,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
@@ -59,9 +59,9 @@ def step_thread_id(work_id: str, attempt: int) -> str:
     return f"outlive:{work_id}:{attempt}"
 
 
-def _durability(url: str) -> Durability:
-    """The only URL option of every langgraph+ scheme; any other option is refused."""
-    value = url_options(url, ("durability",)).get("durability", "sync")
+def _durability(url: str, others: tuple[str, ...] = ()) -> Durability:
+    """The URL option every langgraph+ scheme takes; any option but ``others`` is refused."""
+    value = url_options(url, ("durability", *others)).get("durability", "sync")
     for known in DURABILITIES:
         if value == known:
             return known
@@ -71,9 +71,12 @@ def _durability(url: str) -> Durability:
 class LangGraphBackend(Backend):
     """Shared part: the step program (an ``@entrypoint`` around one ``@task``) and ``run_step``."""
 
+    #: URL options besides ``durability`` that the backend's store reads (and validates) itself.
+    store_options: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.durability: Durability = _durability(url)
+        self.durability: Durability = _durability(url, self.store_options)
         self._bodies: dict[str, Callable[[], Awaitable[Any]]] = {}
         self._tasks: dict[str, Any] = {}
         self._program: Pregel[Any, Any, Any, Any] | None = None

@@ -6,51 +6,178 @@ The checkpoints are LangGraph's (``AsyncPostgresSaver``: tables ``checkpoints``,
 database: one SQL ledger store for every backend, with the same compare-and-set, the same
 append-only rows and the same session settings (``lock_timeout``,
 ``idle_in_transaction_session_timeout``). URL options: ``durability`` plus the core's.
+
+``backend.checkpointer`` is fenced by default (:class:`FencedAsyncPostgresSaver`): each
+``put``/``put_writes`` made for an outlive attempt runs in one transaction that first takes a
+share lock on the work's ledger head, asks the ledger whether the token may write, then does
+LangGraph's own statements. A ledger write (an admission) waits for that lock, so none can commit
+between the check and the write; a paused writer holding it is cut off by the server
+(``idle_in_transaction_session_timeout``) and its write never lands.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import psycopg
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg.rows import dict_row
+from psycopg import errors as pg_errors
+from psycopg.rows import DictRow, dict_row, tuple_row
 
+from outlive._postgres import _OPTIONS as _LEDGER_OPTIONS
 from outlive._postgres import PostgresLedger
 from outlive.errors import BackendUnavailable, InvalidRecord
 from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
+from outlive.sqlstore import Read, load_flow
 
+from ._checkpoint import may_write
+from ._context import owner_of
 from .backend import LangGraphBackend
 
-__all__ = ["LangGraphPostgresBackend"]
+__all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
+
+#: The attempt a fenced ``aput``/``aput_writes`` in this task writes for (None: not fenced).
+_WRITING_FOR: ContextVar[tuple[str, int, int] | None] = ContextVar(
+    "outlive_langgraph_pg_owner", default=None)
+#: The server rolled the transaction back: nothing was written, the write may be retried.
+_RETRY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+_LOCK_HEAD = "SELECT seq FROM outlive_works WHERE work_id = %s FOR SHARE"
+
+
+class FencedAsyncPostgresSaver(AsyncPostgresSaver):
+    """``AsyncPostgresSaver`` whose writes for an outlive attempt are checked in their transaction.
+
+    ``BEGIN``; ``SELECT ... FOR SHARE`` on the work's head row in ``outlive_works`` (the row every
+    ledger write updates, so no ledger write can commit until this transaction ends); read the
+    work through the core's SQL ledger store (its cache, when the head's ``seq`` says it is
+    current); ask the ledger; LangGraph's own statements; ``COMMIT``. A refused write leaves
+    nothing. Writes without an attempt in the config, and all reads, are LangGraph's own.
+    """
+
+    def __init__(self, conn: psycopg.AsyncConnection[DictRow], ledger: PostgresLedger) -> None:
+        super().__init__(conn)
+        #: The core's ledger in the same database: the fence reads the work through its store.
+        self.ledger = ledger
+        #: Awaited inside the fenced transaction, after the check and before LangGraph's
+        #: statements (tests pause a writer here).
+        self.before_write: Callable[[tuple[str, int, int]], Awaitable[None]] | None = None
+
+    async def _as_owner(self, config: RunnableConfig, write: Callable[[], Awaitable[Any]]) -> Any:
+        owner = owner_of(config)
+        if owner is None:
+            return await write()
+        token = _WRITING_FOR.set(owner)
+        deadline = time.monotonic() + self.ledger.options["timeout"] / 1000
+        try:
+            while True:
+                try:
+                    return await write()
+                except _RETRY:
+                    # Rolled back by the server (a ledger writer held the head): nothing landed.
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.001)
+        finally:
+            _WRITING_FOR.reset(token)
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        out: RunnableConfig = await self._as_owner(
+            config, lambda: super(FencedAsyncPostgresSaver, self).aput(
+                config, checkpoint, metadata, new_versions))
+        return out
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        await self._as_owner(config, lambda: super(FencedAsyncPostgresSaver, self).aput_writes(
+            config, writes, task_id, task_path))
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[psycopg.AsyncCursor[DictRow]]:
+        """LangGraph's statements run on this cursor: inside the fence's transaction when owned.
+
+        (``_cursor`` is the one place ``AsyncPostgresSaver`` opens a cursor; the version range in
+        pyproject.toml keeps it.)
+        """
+        owner = _WRITING_FOR.get()
+        if owner is None:
+            async with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+            return
+        conn = self.conn
+        assert isinstance(conn, psycopg.AsyncConnection)
+        async with self.lock, conn.transaction(), \
+                conn.cursor(binary=True, row_factory=dict_row) as cur:
+            await self._check(conn, owner)
+            if self.before_write is not None:
+                await self.before_write(owner)
+            yield cur
+
+    async def _check(self, conn: psycopg.AsyncConnection[Any], owner: tuple[str, int, int]) -> None:
+        work, attempt, token = owner
+        store = self.ledger.store
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(_LOCK_HEAD, (work,))
+            head = await cur.fetchone()
+            cached = store.cached(work)
+            if head is not None and cached is not None and cached.state.seq == int(head[0]):
+                state: WorkState | None = cached.state  # the owner check reads no journal entry
+            else:
+                flow = load_flow(store, work)
+                answer: Any = None
+                while True:
+                    try:
+                        req = flow.send(answer)
+                    except StopIteration as stop:
+                        state = stop.value
+                        break
+                    assert isinstance(req, Read)
+                    await cur.execute(req.sql, req.params)
+                    answer = await cur.fetchall()
+        may_write(state, work, attempt, token)
 
 
 class LangGraphPostgresBackend(LangGraphBackend):
     """Checkpoints and the fenced ledger in one PostgreSQL database."""
 
     capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
+    store_options = tuple(_LEDGER_OPTIONS)
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.ledger = PostgresLedger(url, extra_options=("durability",))
         self.conninfo = self.ledger.conninfo
-        self._saver: AsyncPostgresSaver | None = None
+        self._saver: FencedAsyncPostgresSaver | None = None
         self._saver_conn: psycopg.AsyncConnection[Any] | None = None
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        """LangGraph's ``AsyncPostgresSaver``, fenced in each write's own transaction."""
         if self._saver is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
         return self._saver
 
     async def start(self) -> None:
         try:
+            # The ledger's session settings: a paused writer inside a fenced transaction is
+            # cut off by the server, and a lock wait gives up (and is retried) instead of hanging.
+            options = self.ledger.options
             self._saver_conn = await psycopg.AsyncConnection.connect(
                 self.conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row,
-                connect_timeout=10)
-            self._saver = AsyncPostgresSaver(self._saver_conn)
+                connect_timeout=10,
+                options=(f"-c lock_timeout={options['lock_timeout']} "
+                         f"-c idle_in_transaction_session_timeout="
+                         f"{options['idle_in_transaction_session_timeout']} "
+                         "-c synchronous_commit=on"))
+            self._saver = FencedAsyncPostgresSaver(self._saver_conn, self.ledger)
             await self._saver.setup()
         except psycopg.OperationalError as exc:
             await self.close()
