@@ -6,7 +6,9 @@ starts a throwaway Restate server and a deployment of ``q3_app`` (the user's app
 
 This process only starts the work and later judges it: Restate drives the attempts. Attempt #1 is
 the invocation ``q3_desk/digest%2Fq3-report/digest``: it summarises s1 and s2, then its s3 call
-hangs. Meanwhile the corrected report v2 is published. #1 writes nothing for a whole lease, so
+hangs, silent (the work is started with ``renew=False``: a handler that renews its lease while
+a step runs would be a live long call, not a silent one). Meanwhile the corrected report v2 is
+published. #1 writes nothing for a whole lease, so
 Restate's lease check cancels its invocation (which frees the object's lock), marks it unknown,
 admits #2 pinned to v2 and sends #2's invocation: #2 restores s1 by input key and redoes s2, s3,
 s4. The controller accepts #2's digest for v2; attempt #3, admitted to announce it, sends it to a
@@ -75,7 +77,7 @@ async def _story(backend: RestateBackend, log: Path) -> dict[str, Any]:
     calls = lambda: log.read_text().split() if log.exists() else []  # noqa: E731
     await backend.start_work(WORK, service="q3_desk", handler="digest", key=WORK,
                              arg={"versions": {"v1": V1, "v2": V2}, "log": str(log)},
-                             lease=timedelta(seconds=3))
+                             lease=timedelta(seconds=3), renew=False)
     print("started: Restate drives the attempts from here")
 
     async def s3_called() -> bool:

@@ -86,3 +86,16 @@ async def posts(ctx: restate.ObjectSharedContext) -> list[Any]:
 
 
 app = outlive_restate.app(reports, desk, feed)
+
+#: The same handler in an app of its own, served by a second deployment process: a test pauses
+#: that process (SIGSTOP) while outlive's objects, on the first one, keep checking the lease.
+apart = restate.Service("reports_apart")
+
+
+@apart.handler(name="summarise")
+async def summarise_apart(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    async with outlive_restate.attempt(ctx, snapshot=arg["sections"]) as w:
+        return await _work(w, arg)
+
+
+apart_app = restate.app([apart])

@@ -1,5 +1,8 @@
 """A client process that opens a work, hands it to Restate and prints ``started``; the test
-SIGKILLs it right after (``python restate_client.py URL WORK LOG LEASE_MS [SERVICE HANDLER KEY]``)."""
+SIGKILLs it right after (``python restate_client.py URL WORK LOG LEASE_MS [SERVICE HANDLER KEY]``).
+
+Its attempts do not renew the lease while a step runs: the test's held step stands for a handler
+that went silent."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ async def main(url: str, work: str, log: str, lease_ms: int, service: str = "rep
     await ctl.publish(work, "v1", SECTIONS)
     first = await backend.start_work(work, service=service, handler=handler, key=key,
                                      arg={"sections": SECTIONS, "log": log},
-                                     lease=timedelta(milliseconds=lease_ms))
+                                     lease=timedelta(milliseconds=lease_ms), renew=False)
     print(f"started #{first['attempt']}", flush=True)
     await asyncio.sleep(3600)   # a client that would stay; the test kills it
 

@@ -24,6 +24,7 @@ import pytest
 import outlive
 from outlive import Contract, Controller
 from outlive import ledger as L
+from outlive._launch import free_port, port_open, stop_process, wait_until
 from outlive.errors import StaleOwner
 from outlive.records import AttemptState, WorkState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
@@ -232,7 +233,7 @@ async def test_owner_shape_silent_owner_is_cancelled_and_replaced(
     hold.touch()
     try:
         await open_and_start(desk, work, log, service="desk", handler="draft", key=work,
-                             lease=timedelta(milliseconds=3000))
+                             lease=timedelta(milliseconds=3000), renew=False)
         st = await until("a successor to finish", lambda: finished(desk, work), timeout=90)
     finally:
         hold.unlink()
@@ -255,7 +256,7 @@ async def test_supervisor_with_the_restate_dispatcher(backend: RestateBackend,
     definition = WorkDefinition(work_id=work, attempt="restate_app:summarise", contract=FORM,
                                 lease=Lease(heartbeat_interval=1500, missed_beats=2))
     dispatcher = RestateDispatcher(backend, service="reports", handler="summarise",
-                                   arg={"sections": SECTIONS, "log": str(log)})
+                                   arg={"sections": SECTIONS, "log": str(log)}, renew=False)
     try:
         done = await asyncio.wait_for(Supervisor(backend, definition, dispatcher, poll=0.1).run(),
                                       90)
@@ -275,7 +276,7 @@ async def test_lease_gives_up_after_max_attempts_instead_of_looping(
     hold.touch()
     try:
         await open_and_start(backend, work, log, lease=timedelta(milliseconds=800),
-                             max_attempts=1)
+                             max_attempts=1, renew=False)
 
         async def gave_up() -> Any:
             return (await backend.lease(work))["gave_up"]
@@ -287,3 +288,66 @@ async def test_lease_gives_up_after_max_attempts_instead_of_looping(
     st = await backend.load(work)
     assert st is not None
     assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.UNKNOWN)]
+
+
+@pytest.fixture(scope="module")
+def apart(server: RestateServer) -> Iterator[subprocess.Popen[bytes]]:
+    """A second deployment serving only the user's ``reports_apart`` (registered once), so a
+    test can pause it while outlive's lease and ledger objects keep running on the first."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outlive_restate.deployment", "--bind", f"127.0.0.1:{port}",
+         "--app", "restate_app:apart_app"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+            str(HERE), os.environ.get("PYTHONPATH")]))})
+    try:
+        wait_until(lambda: port_open(port), what="the second deployment", timeout=60, proc=proc)
+        r = httpx.post(f"{server.admin}/deployments",
+                       json={"uri": f"http://127.0.0.1:{port}", "force": False}, timeout=30)
+        assert r.status_code in (200, 201), r.text
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+        stop_process(proc, sig=signal.SIGKILL)
+
+
+async def test_a_step_longer_than_the_lease_renews_it_and_a_paused_handler_is_replaced(
+        backend: RestateBackend, apart: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    """#1's s2 runs for several leases in a live handler: its invocation renews the lease
+    (Restate timers racing the step's entry), so no check takes it over. Then its process is
+    paused (SIGSTOP): nothing renews, and the lease replaces it as before."""
+    work = f"renew/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-1-s2")
+    hold.touch()
+    lease_ms = 3000
+    try:
+        await open_and_start(backend, work, log, service="reports_apart",
+                             lease=timedelta(milliseconds=lease_ms))
+        await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
+        start = await backend.load(work)
+        assert start is not None
+        beats0 = start.attempts[0].heartbeats
+        await asyncio.sleep(2.5 * lease_ms / 1000)   # s2 is still running: 2.5 leases long
+        st = await backend.load(work)
+        assert st is not None
+        assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
+        assert st.attempts[0].heartbeats >= beats0 + 3          # renewed while s2 ran
+        assert [d["attempt"] for d in (await backend.lease(work))["history"]] == [1]
+
+        apart.send_signal(signal.SIGSTOP)                        # now #1 is really silent
+        try:
+            async def replaced() -> bool:
+                return len((await backend.lease(work))["history"]) == 2
+
+            await until("the lease to replace the paused #1", replaced, timeout=60)
+        finally:
+            apart.send_signal(signal.SIGCONT)
+        st = await until("#2 to finish", lambda: finished(backend, work), timeout=90)
+    finally:
+        hold.unlink()
+    assert [(a.number, a.state) for a in st.attempts] == [
+        (1, AttemptState.UNKNOWN), (2, AttemptState.FINISHED)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2)]
+    assert "2:s1" not in calls(log)

@@ -165,18 +165,21 @@ class RestateBackend(Backend):
     async def start_work(self, work_id: str, *, service: str, handler: str,
                          key: str | None = None, arg: Any = None,
                          lease: timedelta = timedelta(seconds=30), max_attempts: int = 10,
-                         pin: str | None = None,
-                         adopt: tuple[int, int] | None = None) -> dict[str, Any]:
+                         pin: str | None = None, adopt: tuple[int, int] | None = None,
+                         renew: bool = True) -> dict[str, Any]:
         """Hand an opened work to Restate: it admits, dispatches and replaces attempts itself.
 
         The user's handler ``service/handler`` (``key`` for a Virtual Object or Workflow) gets
         each attempt's invocation; ``arg`` (JSON) is its input. Returns the first dispatch
         (``{"attempt", "token", "invocation", ...}``); this process may exit right after.
         Starting twice returns the first start's dispatch. ``adopt=(attempt, token)`` hands over
-        an attempt already admitted (a supervisor's) instead of admitting #1 here.
+        an attempt already admitted (a supervisor's) instead of admitting #1 here. Each attempt
+        renews the lease every third of it while a step runs, so a live long step is not
+        replaced; ``renew=False`` leaves its writes as its only signs of life.
         """
         body = start_request(service=service, handler=handler, key=key, arg=arg, lease=lease,
-                             max_attempts=max_attempts, ledger=self.ledger, pin=pin, adopt=adopt)
+                             max_attempts=max_attempts, ledger=self.ledger, pin=pin, adopt=adopt,
+                             renew=renew)
         raw = await self._post(self._path(work_id, "start", LEASE), body,
                                key=f"outlive-start:{work_id}")
         got: dict[str, Any] = json.loads(raw)

@@ -17,7 +17,8 @@ delayed call to an object queues behind that object's running exclusive handler)
   person, an outside event) is not silent. A finished attempt ends the checks (its candidate
   awaits judgement); a stopped one (its candidate was refused) is replaced like a silent one.
   ``max_attempts`` caps the attempts: then the lease gives up, said in its state, never a
-  silent loop.
+  silent loop. A step longer than the lease is not silence: the dispatched invocation renews
+  the lease every third of it while a step runs (``x-outlive-renew``, :mod:`._engine`).
 * ``cancel`` ends one attempt's invocation with Restate's cancel (a supervisor's ``stop``).
 * Every invocation carries the attempt in its headers and the idempotency key
   ``outlive:{work}#{attempt}``: a repeated dispatch of one attempt attaches to the same invocation.
@@ -69,11 +70,12 @@ def dispatch_key(work_id: str, number: int) -> str:
 def start_request(*, service: str, handler: str, key: str | None = None, arg: Any = None,
                   lease: timedelta = timedelta(seconds=30), max_attempts: int = 10,
                   ledger: str = LEDGER, pin: str | None = None,
-                  adopt: tuple[int, int] | None = None) -> bytes:
+                  adopt: tuple[int, int] | None = None, renew: bool = True) -> bytes:
     """The body of ``outlive_lease/{work}/start``: plain JSON any HTTP client can send.
 
     ``adopt=(attempt, token)`` dispatches an attempt already admitted (by a supervisor) instead
-    of admitting one.
+    of admitting one. ``renew=False`` dispatches attempts that do not renew the lease while a
+    step runs (their writes are their only signs of life).
     """
     ms = int(lease.total_seconds() * 1000)
     if ms <= 0 or max_attempts < 1:
@@ -81,7 +83,8 @@ def start_request(*, service: str, handler: str, key: str | None = None, arg: An
     try:
         return json.dumps({"service": service, "handler": handler, "key": key, "arg": arg,
                            "lease_ms": ms, "max_attempts": max_attempts, "ledger": ledger,
-                           "pin": pin, "adopt": list(adopt) if adopt else None},
+                           "pin": pin, "adopt": list(adopt) if adopt else None,
+                           "renew": bool(renew)},
                           separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise InvalidRecord(f"a start request carries JSON values only: {exc}") from exc
@@ -114,7 +117,9 @@ async def _dispatch(ctx: restate.ObjectContext, target: dict[str, Any],
         att: Attempt = out.record
     else:
         att = adopt
-    headers = attempt_headers(ctx.key(), att, str(target["ledger"]))
+    lease = int(target["lease_ms"])
+    headers = attempt_headers(ctx.key(), att, str(target["ledger"]),
+                              max(1, lease // 3) if target.get("renew", True) else None)
     arg = json.dumps(target.get("arg")).encode()
     handle = ctx.generic_send(str(target["service"]), str(target["handler"]), arg,
                               key=target.get("key"), headers=headers,
@@ -228,8 +233,9 @@ class RestateDispatcher(Dispatcher):
 
     ``service``/``handler`` name the user's handler; ``key`` its object key (``"{work}"`` is
     replaced by the work id; None for a Service); ``arg`` its JSON input. The lease is the work
-    definition's (``heartbeat_interval * missed_beats``). The backend is the client side
-    (:class:`~outlive_restate.RestateBackend`), used only to hand the work over.
+    definition's (``heartbeat_interval * missed_beats``); ``renew`` as in ``start_work``. The
+    backend is the client side (:class:`~outlive_restate.RestateBackend`), used only to hand the
+    work over.
     """
 
     drives_takeover = True
@@ -238,13 +244,15 @@ class RestateDispatcher(Dispatcher):
     carries_secret = False
 
     def __init__(self, backend: RestateBackend, *, service: str, handler: str,
-                 key: str | None = None, arg: Any = None, max_attempts: int | None = None) -> None:
+                 key: str | None = None, arg: Any = None, max_attempts: int | None = None,
+                 renew: bool = True) -> None:
         self.backend = backend
         self.service = service
         self.handler = handler
         self.key = key
         self.arg = arg
         self.max_attempts = max_attempts
+        self.renew = renew
 
     async def dispatch(self, assignment: Assignment) -> None:
         d = assignment.definition
@@ -253,7 +261,7 @@ class RestateDispatcher(Dispatcher):
             key=self.key.replace("{work}", assignment.work_id) if self.key else None,
             arg=self.arg, lease=timedelta(milliseconds=d.lease.timeout),
             max_attempts=self.max_attempts or d.max_attempts, pin=assignment.pinned_version,
-            adopt=(assignment.attempt, assignment.token))
+            adopt=(assignment.attempt, assignment.token), renew=self.renew)
 
     async def stop(self, assignment: Assignment) -> None:
         await self.backend.cancel_attempt(assignment.work_id, assignment.attempt)

@@ -18,7 +18,12 @@ Virtual Object or Workflow handler, served by the user's deployment::
 * every ledger write is a durable call (or, for a step's journal write, a durable one-way send)
   to the work's ledger object, fenced by the attempt's token there;
 * the clock is journaled: a step's time is the one journaled with its result, any other
-  command's time is ``ctx.time()``; nothing is invented, so a replay issues the same commands.
+  command's time is ``ctx.time()``; nothing is invented, so a replay issues the same commands;
+* a step longer than the lease renews it: while the step's ``ctx.run_typed`` entry is pending,
+  a durable timer (``ctx.sleep``) of a third of the lease races it, and each time the timer
+  wins the attempt sends a heartbeat and arms the next one. The timer and the beats are
+  journal entries of the invocation like any other, so a replay takes the same path; a process
+  that is paused or gone sends nothing, and the lease replaces it.
 
 Which attempt a handler runs comes from the invocation's headers, set by the dispatcher that
 sent it (:mod:`._dispatch`); a handler can also be given them explicitly.
@@ -37,6 +42,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Literal
 
 import restate
@@ -57,6 +63,7 @@ from ._ledger import EXECUTE, LEDGER, LOAD, _View, _write, read_all
 __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_LEDGER",
+    "HEADER_RENEW",
     "HEADER_TOKEN",
     "HEADER_WORK",
     "HandlerBackend",
@@ -73,6 +80,9 @@ HEADER_WORK = "x-outlive-work"
 HEADER_ATTEMPT = "x-outlive-attempt"
 HEADER_TOKEN = "x-outlive-token"
 HEADER_LEDGER = "x-outlive-ledger"
+#: Milliseconds between lease renewals while a step runs (the dispatcher sends a third of the
+#: lease; absent: the attempt's writes are its only signs of life).
+HEADER_RENEW = "x-outlive-renew"
 
 #: How a step's fenced journal write leaves the handler: "call" (the default: awaited, the step
 #: returns once the ledger answered, a refusal raises at once) or "send" (a durable one-way send
@@ -84,10 +94,14 @@ Write = Literal["send", "call"]
 _B = BytesSerde()
 
 
-def attempt_headers(work_id: str, attempt: Attempt, ledger: str = LEDGER) -> dict[str, str]:
+def attempt_headers(work_id: str, attempt: Attempt, ledger: str = LEDGER,
+                    renew_ms: int | None = None) -> dict[str, str]:
     """The headers that tell a handler which attempt it runs (what the dispatcher sends)."""
-    return {HEADER_WORK: work_id, HEADER_ATTEMPT: str(attempt.number),
-            HEADER_TOKEN: str(attempt.token), HEADER_LEDGER: ledger}
+    headers = {HEADER_WORK: work_id, HEADER_ATTEMPT: str(attempt.number),
+               HEADER_TOKEN: str(attempt.token), HEADER_LEDGER: ledger}
+    if renew_ms is not None:
+        headers[HEADER_RENEW] = str(int(renew_ms))
+    return headers
 
 
 class HandlerBackend(Backend):
@@ -109,13 +123,21 @@ class HandlerBackend(Backend):
         #: The last journaled time (ms): the Worker's clock inside a handler.
         self.now = 0
         self._first_load: WorkState | None = None
+        #: Renew the lease every this many ms while a step runs (None: never), with ``beat``.
+        self.renew_ms: int | None = None
+        self.beat: Callable[[], Awaitable[bool]] | None = None
+        self._timer: Any = None
 
     def clock(self) -> int:
         return self.now
 
     async def tick(self) -> int:
-        """Read the time through the journal (``ctx.time()``): a replay reads the same value."""
-        self.now = max(self.now, int(await self.ctx.time() * 1000))
+        """Read the time through the journal (as ``ctx.time()``): a replay reads the same value.
+
+        The same entry as ``ctx.time()``, with an async closure: a sync one goes through a
+        thread pool on every call.
+        """
+        self.now = max(self.now, int(await self.ctx.run_typed("timestamp", _wall) * 1000))
         return self.now
 
     async def _stamp(self, command: L.Command) -> L.Command:
@@ -157,11 +179,32 @@ class HandlerBackend(Backend):
             return json.dumps({"v": codec.encode(result), "t": int(time.time() * 1000)},
                               separators=(",", ":")).encode()
 
-        raw: bytes = await self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action,
-                                              restate.RunOptions(max_attempts=1, serde=_B))
+        run = self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action,
+                                 restate.RunOptions(max_attempts=1, serde=_B))
+        if self.renew_ms is not None and self.beat is not None:
+            await self._renewing(run)
+        raw: bytes = await run
         entry = json.loads(raw)
         self.now = max(self.now, int(entry["t"]))
         return codec.decode(entry["v"])
+
+    async def _renewing(self, run: Any) -> None:
+        """Wait for the step's entry; each time the renewal timer fires first, beat and re-arm.
+
+        One timer serves the whole invocation: a quick step ends before it fires and costs
+        nothing more; it fires at most once per ``renew_ms``. The order in which the timer and
+        the step completed is in the journal, so a replay beats exactly where the first run did.
+        """
+        while self.renew_ms is not None and self.beat is not None:
+            if self._timer is None:
+                self._timer = self.ctx.sleep(timedelta(milliseconds=self.renew_ms))
+            done, _ = await restate.wait_completed(run, self._timer)
+            if run in done:
+                return
+            self._timer = None
+            await self.tick()
+            if not await self.beat():
+                self.renew_ms = None   # replaced or ended: its next fenced write says so
 
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
@@ -186,8 +229,9 @@ class OwnedBackend(HandlerBackend):
 
     Commands for ``ctx.key()`` are applied here, to the state read once at the invocation's
     start (the lock guarantees no one else wrote it since), with the core's ``ledger.apply``
-    (fence, pins, limits, idempotence: nothing is skipped); only what changed is written with
-    ``ctx.set``. Commands for any other work go to that work's ledger as durable calls.
+    (fence, pins, limits, idempotence: nothing is skipped) and the invocation's journaled time
+    as the store's clock; only what changed is written with ``ctx.set``. Commands for any other
+    work go to that work's ledger as durable calls.
     """
 
     def __init__(self, ctx: restate.ObjectContext, *, ledger: str) -> None:
@@ -233,7 +277,10 @@ class OwnedBackend(HandlerBackend):
             view = _View(n, replace(view.state, journal=tuple(self._journal[i] for i in picked)),
                          view.stamps)
         state = view.state if view is not None else None
-        new, outcome = L.apply(state, command, work_id=work_id)   # a rejection writes nothing
+        # the store's clock is the invocation's journaled time (a step's end, or ctx.time()):
+        # a replay applies with the same one
+        new, outcome = L.apply(state, command, work_id=work_id,
+                               now=self.now or None)   # a rejection writes nothing
         if L.changed(state, new):
             self._view = _write(self.octx, view, new)
             for e in new.journal[len(state.journal) if state is not None else 0:]:
@@ -247,6 +294,10 @@ class OwnedBackend(HandlerBackend):
             return await super().run_and_record(call, fn, record)
         result = await self.run_step(call, fn)
         return result, await self._apply(call.work_id, record(result))
+
+
+async def _wall() -> float:
+    return time.time()
 
 
 def _service_of(ctx: restate.Context) -> str | None:
@@ -268,7 +319,7 @@ Snapshot = Mapping[str, Any] | Callable[[str | None], Mapping[str, Any]] | None
 async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = None,
                  persist: Persist = "step", write: Write = "call", work_id: str | None = None,
                  number: int | None = None, token: int | None = None,
-                 ledger: str | None = None) -> Worker:
+                 ledger: str | None = None, renew_ms: int | None = None) -> Worker:
     """The started Worker of the attempt this handler invocation runs.
 
     ``ctx`` defaults to the running handler's. The attempt comes from the invocation's headers
@@ -276,6 +327,9 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
     a function of the attempt's pinned version that returns it (a successor may be pinned to a
     newer version than the one the work was started with). Raises :class:`~outlive.errors.StaleOwner` if the
     attempt was replaced before it started (a late or repeated dispatch) and fencing is on.
+    ``renew_ms`` (default: the ``x-outlive-renew`` header the dispatcher sets to a third of the
+    lease) renews the lease that often while a step runs; without it the attempt's writes are
+    its only signs of life.
     """
     ctx = ctx if ctx is not None else current_context()
     if ctx is None:
@@ -285,6 +339,7 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
         work = work_id if work_id is not None else _header(headers, HEADER_WORK)
         num = number if number is not None else int(_header(headers, HEADER_ATTEMPT) or "")
         tok = token if token is not None else int(_header(headers, HEADER_TOKEN) or "")
+        every = renew_ms if renew_ms is not None else int(_header(headers, HEADER_RENEW) or 0)
     except ValueError as exc:
         raise InvalidRecord(f"this invocation names no outlive attempt ({exc})") from exc
     if not work:
@@ -314,6 +369,8 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
     if not await w.heartbeat() and state.policy.fencing:
         raise StaleOwner(f"attempt #{num} of {work!r} was replaced before it started (token "
                          f"{tok}, epoch {state.epoch})", token=tok, attempt=num, epoch=state.epoch)
+    if every > 0:
+        backend.renew_ms, backend.beat = every, w.heartbeat
     return w
 
 
