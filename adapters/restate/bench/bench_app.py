@@ -6,6 +6,9 @@
               write to the work's ledger (``write="send"`` or ``"call"``);
 ``owned``   - the same in the owner shape: an exclusive handler of the user's object that keeps
               the work's ledger (:func:`outlive_restate.keep_ledger`);
+``floor``   - the raw step plus an awaited call to an empty exclusive handler of another object:
+              what any per-step write to another key's state costs in Restate at least (the
+              handler shape's step is that, with outlive's write in the handler);
 ``takeover``- a step that waits while ``hold`` exists (for the takeover latency).
 
 Each answers the milliseconds spent in its step loop (journaled, so a replay answers the same).
@@ -25,6 +28,7 @@ import outlive_restate
 
 bench = restate.Service("bench")
 bench_desk = outlive_restate.keep_ledger(restate.VirtualObject("bench_desk"))
+bench_sink = restate.VirtualObject("bench_sink")
 _B = BytesSerde()
 
 
@@ -48,6 +52,23 @@ async def raw(ctx: restate.Context, n: int) -> float:
             return str(i).encode()
 
         await ctx.run_typed(f"s{i}", action, restate.RunOptions(max_attempts=1, serde=_B))
+    return await _elapsed(ctx, t0)
+
+
+@bench_sink.handler(input_serde=_B, output_serde=_B)
+async def noop(ctx: restate.ObjectContext, req: bytes) -> bytes:
+    return req
+
+
+@bench.handler()
+async def floor(ctx: restate.Context, arg: dict[str, Any]) -> float:
+    t0 = time.perf_counter()
+    for i in range(int(arg["n"])):
+        async def action(i: int = i) -> bytes:
+            return str(i).encode()
+
+        raw = await ctx.run_typed(f"s{i}", action, restate.RunOptions(max_attempts=1, serde=_B))
+        await ctx.generic_call("bench_sink", "noop", raw, key=str(arg["key"]))
     return await _elapsed(ctx, t0)
 
 
@@ -81,4 +102,4 @@ async def takeover(ctx: restate.Context, arg: dict[str, Any]) -> str:
     return "done"
 
 
-app = restate.app([bench, bench_desk, *outlive_restate.services()])
+app = restate.app([bench, bench_desk, bench_sink, *outlive_restate.services()])

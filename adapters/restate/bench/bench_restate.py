@@ -49,8 +49,8 @@ async def _call(http: httpx.AsyncClient, url: str, body: Any,
 
 
 async def per_step(server: RestateServer, runs: int, n: int) -> dict[str, Any]:
-    shapes: dict[str, list[float]] = {"raw": [], "outlive (send)": [], "outlive (call)": [],
-                                      "owner shape": []}
+    shapes: dict[str, list[float]] = {"raw": [], "owner shape": [], "floor (raw + call)": [],
+                                      "outlive (send)": [], "outlive (call)": []}
     async with await outlive.open_backend(server.url) as backend, \
             await outlive.open_backend(server.url + "&ledger=bench_desk") as desk, \
             httpx.AsyncClient(timeout=300) as http:
@@ -59,6 +59,8 @@ async def per_step(server: RestateServer, runs: int, n: int) -> dict[str, Any]:
         await _call(http, f"{base}/bench/raw", 5)              # warm-up
         for _ in range(runs):
             shapes["raw"].append(await _call(http, f"{base}/bench/raw", n) / n)
+            shapes["floor (raw + call)"].append(await _call(
+                http, f"{base}/bench/floor", {"n": n, "key": uuid.uuid4().hex}) / n)
             for write in ("send", "call"):
                 work = f"bench/{uuid.uuid4().hex[:8]}"
                 att = await _admitted(backend, work)
@@ -134,7 +136,7 @@ def report(res: dict[str, Any]) -> None:
     print(f"Restate, {s['steps']} steps per invocation, {s['runs']} interleaved runs "
           f"(median ms per step [min-max]):")
     for name, v in s["ms_per_step"].items():
-        line = f"  {name:16s} {v['median']:.3f} [{v['min']:.3f}-{v['max']:.3f}]"
+        line = f"  {name:18s} {v['median']:.3f} [{v['min']:.3f}-{v['max']:.3f}]"
         if name in s["ratio"]:
             r = s["ratio"][name]
             per = ", ".join(f"{x:.2f}" for x in r["per_run"])

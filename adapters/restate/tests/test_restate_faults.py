@@ -122,7 +122,7 @@ async def test_server_restart_mid_run_resumes(server: RestateServer,
 
 
 async def _handler_attempt_held_in_s2(server: RestateServer, backend: RestateBackend,
-                                      tmp_path: Path) -> tuple[str, Path, Path]:
+                                      tmp_path: Path, **target: Any) -> tuple[str, Path, Path]:
     """A work started in the user's handler (long lease), its attempt #1 held inside s2."""
     work = f"faults/{uuid.uuid4().hex[:8]}"
     log = tmp_path / "calls"
@@ -131,9 +131,11 @@ async def _handler_attempt_held_in_s2(server: RestateServer, backend: RestateBac
     ctl = Controller(backend)
     await ctl.open_work(work)
     await ctl.publish(work, "v1", SECTIONS)
-    await backend.start_work(work, service="reports", handler="summarise",
-                             arg={"sections": SECTIONS, "log": str(log)},
-                             lease=timedelta(minutes=10))
+    target = {"service": "reports", "handler": "summarise", **target}
+    if target.get("key") == "{work}":
+        target["key"] = work
+    await backend.start_work(work, arg={"sections": SECTIONS, "log": str(log)},
+                             lease=timedelta(minutes=10), **target)
     await until("#1 to be inside s2", lambda: "1:s2" in _calls(log))
     return work, log, hold
 
@@ -149,6 +151,27 @@ async def test_deployment_killed_mid_step_handler_replays(server: RestateServer,
     hold.unlink()
     await asyncio.to_thread(server.start_deployment)
     st = await until("#1 to finish", lambda: _finished(backend, work), timeout=90)
+    assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.FINISHED)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert _calls(log).count("1:s1") == 1 and _calls(log).count("1:s2") == 2
+    assert st.stale_writes_applied == 0 and len(st.candidates) == 1
+
+
+async def test_deployment_killed_mid_step_owner_rebuilds_its_held_back_writes(
+        server: RestateServer, tmp_path: Path) -> None:
+    """The owner shape holds step writes back (written in one go later): s1's write is still
+    held when the deployment is SIGKILLed inside s2. The retried invocation replays s1 from
+    Restate's journal, holds its write back again, and the finished work has both steps of #1."""
+    async with await outlive.open_backend(server.url + "&ledger=desk") as desk:
+        assert isinstance(desk, RestateBackend)
+        work, log, hold = await _handler_attempt_held_in_s2(
+            server, desk, tmp_path, service="desk", handler="draft", key="{work}")
+        held = await desk.load(work)
+        assert held is not None and held.journal == ()   # s1 is journaled by Restate only
+        await asyncio.to_thread(server.stop_deployment, hard=True)
+        hold.unlink()
+        await asyncio.to_thread(server.start_deployment)
+        st = await until("#1 to finish", lambda: _finished(desk, work), timeout=90)
     assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.FINISHED)]
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
     assert _calls(log).count("1:s1") == 1 and _calls(log).count("1:s2") == 2

@@ -58,7 +58,7 @@ from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
 from . import _errors
-from ._ledger import EXECUTE, LEDGER, LOAD, _View, _write, read_all
+from ._ledger import _CORE, EXECUTE, LEDGER, LOAD, _View, _write, read_all
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -232,15 +232,33 @@ class OwnedBackend(HandlerBackend):
     (fence, pins, limits, idempotence: nothing is skipped) and the invocation's journaled time
     as the store's clock; only what changed is written with ``ctx.set``. Commands for any other
     work go to that work's ledger as durable calls.
+
+    With ``defer`` (what :func:`attempt` sets), a step's write is applied at once (same checks,
+    same outcome) but its ``ctx.set`` entries wait in a buffer, written in one go, the core
+    last, before any other command's, once the oldest waiting step is ``defer`` ms old
+    (journaled time), when the attempt ends, and when the invocation is cancelled or fails for
+    good. Until then the step's result is in this invocation's Restate journal (its
+    ``ctx.run_typed`` entry): a retried or replayed invocation rebuilds the same buffer, and no
+    one else can read or write the ledger in between except through this object, whose lock
+    this invocation holds, so only the lease's read of the attempt's signs of life sees them
+    later (by at most ``defer`` ms).
     """
 
-    def __init__(self, ctx: restate.ObjectContext, *, ledger: str) -> None:
+    def __init__(self, ctx: restate.ObjectContext, *, ledger: str, defer: int = 0) -> None:
         super().__init__(ctx, ledger=ledger, write="call")
         self.octx = ctx
         self._read = False
         self._view: _View | None = None
         self._journal: list[JournalEntry] = []
         self._index: dict[str, int] = {}
+        self.defer = defer
+        self._buffer = _Buffer(ctx)
+        self._since: int | None = None
+
+    def flush(self) -> None:
+        """Write what the buffer holds (sync: ``ctx.set`` is, so it also runs on the way out)."""
+        self._buffer.flush()
+        self._since = None
 
     async def _own(self) -> _View | None:
         if not self._read:
@@ -282,10 +300,16 @@ class OwnedBackend(HandlerBackend):
         new, outcome = L.apply(state, command, work_id=work_id,
                                now=self.now or None)   # a rejection writes nothing
         if L.changed(state, new):
-            self._view = _write(self.octx, view, new)
+            self._view = _write(self._buffer, view, new)  # type: ignore[arg-type]
             for e in new.journal[len(state.journal) if state is not None else 0:]:
                 self._index[e.result_id] = len(self._journal)
                 self._journal.append(e)
+        if not self.defer or not isinstance(command, L.RecordSteps):
+            self.flush()
+        elif self._since is None:
+            self._since = self.now
+        elif self.now - self._since >= self.defer:
+            self.flush()
         return outcome
 
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
@@ -298,6 +322,38 @@ class OwnedBackend(HandlerBackend):
 
 async def _wall() -> float:
     return time.time()
+
+
+class _Buffer:
+    """State writes held back: the last value per key; the core written after the rest."""
+
+    def __init__(self, ctx: restate.ObjectContext) -> None:
+        self.ctx = ctx
+        self.ops: dict[str, bytes | None] = {}
+
+    def key(self) -> str:
+        return self.ctx.key()
+
+    def set(self, name: str, value: bytes, serde: Any = None) -> None:
+        del serde
+        self.ops[name] = value
+
+    def clear(self, name: str) -> None:
+        self.ops[name] = None
+
+    def flush(self) -> None:
+        # The core is the commit point: every key it names is written before it, and what it
+        # no longer names is cleared after it (the layout of ._ledger).
+        core = self.ops.pop(_CORE, None)
+        for name, value in self.ops.items():
+            if value is not None:
+                self.ctx.set(name, value, serde=_B)
+        if core is not None:
+            self.ctx.set(_CORE, core, serde=_B)
+        for name, value in self.ops.items():
+            if value is None:
+                self.ctx.clear(name)
+        self.ops.clear()
 
 
 def _service_of(ctx: restate.Context) -> str | None:
@@ -319,7 +375,8 @@ Snapshot = Mapping[str, Any] | Callable[[str | None], Mapping[str, Any]] | None
 async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = None,
                  persist: Persist = "step", write: Write = "call", work_id: str | None = None,
                  number: int | None = None, token: int | None = None,
-                 ledger: str | None = None, renew_ms: int | None = None) -> Worker:
+                 ledger: str | None = None, renew_ms: int | None = None,
+                 defer: int | None = 0) -> Worker:
     """The started Worker of the attempt this handler invocation runs.
 
     ``ctx`` defaults to the running handler's. The attempt comes from the invocation's headers
@@ -329,7 +386,9 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
     attempt was replaced before it started (a late or repeated dispatch) and fencing is on.
     ``renew_ms`` (default: the ``x-outlive-renew`` header the dispatcher sets to a third of the
     lease) renews the lease that often while a step runs; without it the attempt's writes are
-    its only signs of life.
+    its only signs of life. ``defer`` (ms, owner shape only; None: the renewal period, else a
+    second) holds step writes back as :class:`OwnedBackend` says: only for a caller that
+    flushes on every way out, as :func:`attempt` does.
     """
     ctx = ctx if ctx is not None else current_context()
     if ctx is None:
@@ -348,7 +407,8 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
     backend: HandlerBackend
     if (home == _service_of(ctx) and isinstance(ctx, restate.ObjectContext)
             and ctx.key() == work):
-        backend = OwnedBackend(ctx, ledger=home)
+        backend = OwnedBackend(ctx, ledger=home,
+                               defer=(every or 1000) if defer is None else defer)
     else:
         backend = HandlerBackend(ctx, ledger=home, write=write)
     await backend.tick()
@@ -381,10 +441,19 @@ async def attempt(ctx: restate.Context | None = None, **options: Any) -> AsyncIt
     An outlive rejection (a stale token, a version mismatch, ...) ends the invocation with the
     same typed error as a TerminalError: Restate does not retry what the ledger refused. Any
     other exception propagates unchanged (Restate retries it; journaled steps are restored).
+    In the owner shape, step writes are held back (``defer``, :class:`OwnedBackend`) and written
+    on every way out that ends the invocation: the block's end, a rejection, Restate's cancel
+    or any other terminal error.
     """
+    options.setdefault("defer", None)
     try:
         w = await worker(ctx, **options)
-        yield w
-        await w.finish()
+        try:
+            yield w
+            await w.finish()
+        except (restate.TerminalError, OutliveError):
+            if isinstance(w.backend, OwnedBackend):
+                w.backend.flush()   # the invocation ends here: what it journaled is written
+            raise
     except OutliveError as exc:
         raise _errors.to_terminal(exc) from None
