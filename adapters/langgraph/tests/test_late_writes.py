@@ -1,9 +1,11 @@
 """Paused vs crashed in the conformance scenario, read back from the LangGraph database.
 
 In the seed's main run attempt #1 is paused in section 3 and wakes after #2 took over. Its s3
-body then completes as a LangGraph ``@task``: LangGraph saves that result on #1's thread (nothing in
-LangGraph knows #1 was replaced). Only outlive's fenced journal write is refused. A crashed #1
-never wakes, so LangGraph has no s3 result from it at all.
+body then completes inside a LangGraph ``@task``. LangGraph alone would save that result on #1's
+thread (nothing in LangGraph knows #1 was replaced); here LangGraph's row for the task is written
+in the same transaction as outlive's fenced journal entry, so the refusal takes both: the thread
+keeps no late s3 result, only the task's error. A crashed #1 never wakes, so LangGraph has no s3
+result from it at all.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _count(db: Path, thread: str, channel: str) -> int:
 
 
 @pytest.mark.parametrize("silent", ["paused", "crashed"])
-async def test_langgraph_keeps_the_late_step_outlive_refuses_it(tmp_path: Path,
+async def test_the_late_step_is_refused_with_langgraphs_own_write(tmp_path: Path,
                                                                  silent: str) -> None:
     db = tmp_path / "lg.db"
     sc = q3_report()
@@ -48,8 +50,11 @@ async def test_langgraph_keeps_the_late_step_outlive_refuses_it(tmp_path: Path,
     task_results = _count(db, thread, "__return__")   # one per @task body that returned
     invocations = _count(db, thread, "__end__")       # one per entrypoint run that finished
     if silent == "paused":
-        # LangGraph saved #1's late s3 result and finished that invocation: it let it through.
-        assert (task_results, invocations) == (3, 3)
+        # #1's late s3 body returned, but its result was refused with the journal entry: the
+        # error is saved instead (the task's and its entrypoint's) and that invocation did not
+        # finish.
+        assert (task_results, invocations) == (2, 2)
+        assert _count(db, thread, "__error__") == 2
         assert [r[2] for r in got.late_writes_rejected] == ["StaleOwner"]
     else:
         # A crashed worker never resumes: its s3 invocation was cancelled mid-body.

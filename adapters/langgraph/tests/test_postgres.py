@@ -10,13 +10,14 @@ from typing import Any
 import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.func import entrypoint
 from langgraph.graph import END, START, StateGraph
 
 import outlive
 from outlive import Controller, Worker
 from outlive import ledger as L
 from outlive_conformance.suite import ConformanceSuite
-from outlive_langgraph import run, step_thread_id
+from outlive_langgraph import outlive_task, run, step_thread_id
 from outlive_langgraph.pgserver import PostgresServer
 from outlive_langgraph.postgres import FencedAsyncPostgresSaver
 
@@ -210,3 +211,41 @@ async def test_a_writer_paused_inside_the_fence_is_cut_off(pg_server: PostgresSe
     finally:
         await b1.close()
         await b2.close()
+
+
+async def test_a_step_is_one_transaction_with_langgraphs_task_write(
+        pg_server: PostgresServer) -> None:
+    """The journal entry and LangGraph's row for the task commit together (inside an entrypoint
+    and in the external-worker shape); LangGraph's own ``put_writes`` of it is not sent again."""
+    db = f"m_{uuid.uuid4().hex[:8]}"
+    b = await outlive.open_backend(pg_server.create_database(db))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+
+        @outlive_task(external=("i",))
+        async def step(i: int) -> dict[str, int]:
+            return {"i": i}
+
+        @entrypoint(checkpointer=saver)
+        async def prog(n: int) -> list[int]:
+            return [(await step(i))["i"] for i in range(n)]
+
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("q3")
+        await ctl.publish("q3", "v1", V1)
+        w = Worker(b, await ctl.admit("q3"), V1)
+        await w.start()
+        assert await run(prog, 5, worker=w) == list(range(5))
+        assert saver.merged == 5
+        for i in range(3):
+            await w.step(f"x{i}", lambda i: {"i": i}, i=outlive.External(i))
+        assert saver.merged == 8
+        st = await b.load("q3")
+        assert st is not None and len(st.journal) == 8
+    finally:
+        await b.close()
+    with psycopg.connect(pg_server.conninfo(db)) as conn:
+        row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'q3' "
+                           "AND channel = '__return__'").fetchone()
+    assert row is not None and row[0] == 5

@@ -45,9 +45,11 @@ from outlive.ledger import check_owner
 from outlive.records import WorkState
 from outlive.sqlstore import SqliteLedgerStore
 
-from ._context import owner_of
+from ._context import TaskWrite, owner_of
 
-__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "may_write"]
+__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "TaskWrites", "may_write"]
+
+_RETURN = "__return__"  # the channel LangGraph saves a Functional API task's result on
 
 
 def may_write(state: WorkState | None, work_id: str, attempt: int, token: int) -> None:
@@ -58,6 +60,37 @@ def may_write(state: WorkState | None, work_id: str, attempt: int, token: int) -
     if state is None:
         raise NotFound(f"work {work_id!r} is not open", work_id=work_id)
     check_owner(state, attempt, token)
+
+
+class TaskWrites:
+    """Task results a saver already committed in the step's journal transaction.
+
+    One commit per step instead of two: the backend writes LangGraph's row for the task's
+    result together with the journal entry (:meth:`wrote` records it); when LangGraph then calls
+    ``put_writes`` for that task, :meth:`claim` answers whether that exact write (same place,
+    the very object) is already committed, or which predicted row to remove before writing.
+    """
+
+    def __init__(self) -> None:
+        self.prewritten: dict[str, tuple[TaskWrite, Any]] = {}
+        #: LangGraph ``put_writes`` calls answered as already committed (benchmarks, tests).
+        self.merged = 0
+
+    def wrote(self, slot: TaskWrite, value: Any) -> None:
+        self.prewritten[slot.task_id] = (slot, value)
+
+    def claim(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+              task_path: str) -> tuple[bool, TaskWrite | None]:
+        """``(already committed, predicted row to remove in this write's transaction)``."""
+        entry = self.prewritten.pop(task_id, None)
+        if entry is None:
+            return False, None
+        slot, value = entry
+        if slot.matches(config, task_path) and len(writes) == 1 and writes[0][0] == _RETURN \
+                and writes[0][1] is value:
+            self.merged += 1
+            return True, None
+        return False, slot
 
 
 class FencedCheckpointer(BaseCheckpointSaver[Any]):
@@ -139,7 +172,7 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
         return await self.inner.aget_delta_channel_history(config=config, channels=channels)
 
 
-class FencedAsyncSqliteSaver(AsyncSqliteSaver):
+class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
     """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
 
     Each write is one call in aiosqlite's thread: ``BEGIN IMMEDIATE``, read the work through the
@@ -149,7 +182,8 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
     """
 
     def __init__(self, conn: aiosqlite.Connection, store: SqliteLedgerStore) -> None:
-        super().__init__(conn)
+        AsyncSqliteSaver.__init__(self, conn)
+        TaskWrites.__init__(self)
         #: The core's SQL ledger store on the same file: the fence reads the work through it.
         self.store = store
         #: One write at a time on this connection (the ledger's transactions take it too).
@@ -166,8 +200,14 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
         async with self.write_lock:
             return await run(lambda: fn(raw._conn))
 
-    async def _fenced(self, config: RunnableConfig, sql: str,
-                      rows: list[tuple[Any, ...]]) -> None:
+    def task_rows(self, slot: TaskWrite, value: Any) -> tuple[str, list[tuple[Any, ...]]]:
+        """LangGraph's row for a task that returned ``value`` (what ``aput_writes`` would write)."""
+        return _PUT_WRITES % "IGNORE", [(slot.thread_id, slot.checkpoint_ns, slot.checkpoint_id,
+                                        slot.task_id, slot.task_path, 0, _RETURN,
+                                        *self.serde.dumps_typed(value))]
+
+    async def _fenced(self, config: RunnableConfig, sql: str, rows: list[tuple[Any, ...]],
+                      stray: TaskWrite | None = None) -> None:
         await self.setup()
         owner = owner_of(config)
 
@@ -177,6 +217,9 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
                 if owner is not None:
                     work, attempt, token = owner
                     may_write(self.store.load(conn, work), work, attempt, token)
+                if stray is not None:
+                    conn.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
+                                                       stray.checkpoint_id, stray.task_id))
                 conn.executemany(sql, rows)
                 conn.commit()
             except BaseException:
@@ -201,13 +244,16 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
+        done, stray = self.claim(config, writes, task_id, task_path)
+        if done:
+            return  # committed with the step's journal entry, in its transaction
         conf = config["configurable"]
         special = all(w[0] in WRITES_IDX_MAP for w in writes)
         rows = [(str(conf["thread_id"]), str(conf["checkpoint_ns"]), str(conf["checkpoint_id"]),
                  task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel,
                  *self.serde.dumps_typed(value))
                 for idx, (channel, value) in enumerate(writes)]
-        await self._fenced(config, _PUT_WRITES % ("REPLACE" if special else "IGNORE"), rows)
+        await self._fenced(config, _PUT_WRITES % ("REPLACE" if special else "IGNORE"), rows, stray)
 
     async def adelete_thread(self, thread_id: str) -> None:
         async with self.write_lock:
@@ -218,5 +264,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver):
 # fence check and the write run as one call in the connection's thread.
 _PUT = ("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
         "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)")
+_DELETE_TASK_WRITES = ("DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND "
+                       "checkpoint_id = ? AND task_id = ?")
 _PUT_WRITES = ("INSERT OR %s INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
                "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")

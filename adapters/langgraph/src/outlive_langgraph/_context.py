@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import (
+    CONFIG_KEY_CHECKPOINT_MAP,
+    CONFIG_KEY_READ,
+    CONFIG_KEY_TASK_ID,
+    NS_SEP,
+)
+from langgraph.config import get_config
+from langgraph.pregel._algo import PregelTaskWrites, task_path_str
 
 Durability = Literal["sync", "async", "exit"]
 DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
@@ -26,3 +37,72 @@ def owner_of(config: RunnableConfig | None) -> tuple[str, int, int] | None:
     if work is None or attempt is None or token is None:
         return None
     return str(work), int(attempt), int(token)
+
+
+@dataclass(frozen=True)
+class TaskWrite:
+    """Where LangGraph will save the running task's result, predicted from inside the task.
+
+    LangGraph saves a finished task's writes with ``put_writes(config, writes, task_id,
+    task_path)``, keyed by (thread, checkpoint namespace, checkpoint, task id). A fenced saver
+    can write that row in the same transaction as the step's journal entry and skip LangGraph's
+    own call when it comes with exactly this place and value (:meth:`matches`); anything else
+    is written as usual and the predicted row removed in that write's transaction.
+    """
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+
+    def matches(self, config: RunnableConfig, task_path: str) -> bool:
+        conf = config.get("configurable") or {}
+        return (str(conf.get("thread_id")), conf.get("checkpoint_ns", ""),
+                conf.get("checkpoint_id"), task_path) == \
+            (self.thread_id, self.checkpoint_ns, self.checkpoint_id, self.task_path)
+
+
+def running_task_write() -> TaskWrite | None:
+    """The running task's :class:`TaskWrite`, or None when it cannot be told for sure.
+
+    Only a task called from a node of a root graph is predicted (its namespace is
+    ``node:<id>|task:<id>``; LangGraph saves it under the root namespace ``""`` and the
+    checkpoint the task was scheduled in). Reads LangGraph's config keys of the 1.x line.
+    """
+    try:
+        conf = get_config().get("configurable") or {}
+    except RuntimeError:
+        return None
+    task_id = conf.get(CONFIG_KEY_TASK_ID)
+    ns = conf.get("checkpoint_ns")
+    checkpoint_id = (conf.get(CONFIG_KEY_CHECKPOINT_MAP) or {}).get("")
+    read = conf.get(CONFIG_KEY_READ)
+    if not isinstance(task_id, str) or not isinstance(ns, str) or len(ns.split(NS_SEP)) != 2 \
+            or not isinstance(checkpoint_id, str) or not isinstance(read, functools.partial):
+        return None
+    path = next((a.path for a in read.args if isinstance(a, PregelTaskWrites)), None)
+    if path is None:
+        return None
+    return TaskWrite(thread_id=str(conf.get("thread_id")), checkpoint_ns="",
+                     checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path_str(path))
+
+
+@dataclass
+class PendingTaskWrite:
+    """Set by a task body while its step runs: the write LangGraph will make when it returns.
+
+    The backend's ``run_and_record`` commits ``make(call, result)`` as that write in the step's
+    journal transaction and appends it to ``value``; the body then returns that very object, so
+    the saver recognises LangGraph's own ``put_writes`` of it as already committed.
+    """
+
+    step: str
+    slot: TaskWrite | None
+    make: Callable[[Any, Any], Any]
+    value: list[Any]
+
+
+#: The running outlive task's pending write (None outside a task body, and inside its step's body).
+PENDING_TASK_WRITE: ContextVar[PendingTaskWrite | None] = ContextVar(
+    "outlive_langgraph_pending_task_write", default=None)

@@ -35,12 +35,13 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command
 
 from outlive import External, Worker
+from outlive.backend import StepCall
 from outlive.errors import ConfigError, InvalidRecord
 from outlive.hashing import content_hash, input_key
 from outlive.records import AttemptState
 from outlive.worker import Persist
 
-from ._context import INSIDE_TASK, Durability
+from ._context import INSIDE_TASK, PENDING_TASK_WRITE, Durability, PendingTaskWrite, running_task_write
 
 __all__ = [
     "OutliveTask",
@@ -120,6 +121,11 @@ def _inputs(sig: inspect.Signature, name: str, args: tuple[Any, ...],
     return dict(bound.arguments)
 
 
+def _envelope(call: StepCall, result: Any) -> dict[str, Any]:
+    """What an ``outlive_task``'s LangGraph task returns: the step, its input key, its result."""
+    return {_ENVELOPE: call.step, "key": call.input_key, "attempt": call.attempt, "result": result}
+
+
 async def _inline(worker: Worker, step: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
     """``worker.step`` with the body run right here (already inside the user's graph)."""
     token = INSIDE_TASK.set(True)
@@ -146,7 +152,18 @@ class OutliveTask(Generic[P, T]):
 
         async def body(step: str, inputs: dict[str, Any]) -> dict[str, Any]:
             worker = current_worker()
-            result = await _inline(worker, step, fn, wrap(inputs))
+            # The envelope this task returns is LangGraph's write of it: the backend commits it
+            # with the step's journal entry (one transaction) when it can tell where it goes.
+            pending = PendingTaskWrite(step=step, slot=running_task_write(), make=_envelope,
+                                       value=[])
+            token = PENDING_TASK_WRITE.set(pending)
+            try:
+                result = await _inline(worker, step, fn, wrap(inputs))
+            finally:
+                PENDING_TASK_WRITE.reset(token)
+            if pending.value:
+                written: dict[str, Any] = pending.value[0]
+                return written
             done = worker.steps[step]
             return {_ENVELOPE: step, "key": done.input_key, "attempt": worker.attempt.number,
                     "result": result}

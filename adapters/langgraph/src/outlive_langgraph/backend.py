@@ -43,7 +43,14 @@ from outlive.records import WorkState
 from outlive.sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
 
 from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer
-from ._context import DURABILITIES, INSIDE_TASK, Durability
+from ._context import (
+    DURABILITIES,
+    INSIDE_TASK,
+    PENDING_TASK_WRITE,
+    Durability,
+    TaskWrite,
+    running_task_write,
+)
 
 __all__ = [
     "Durability",
@@ -73,6 +80,8 @@ class LangGraphBackend(Backend):
 
     #: URL options besides ``durability`` that the backend's store reads (and validates) itself.
     store_options: ClassVar[tuple[str, ...]] = ()
+    #: Whether a step's journal entry and LangGraph's write of its task commit as one transaction.
+    merges_task_writes: ClassVar[bool] = False
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -119,6 +128,57 @@ class LangGraphBackend(Backend):
     def _engine_error(self, exc: Exception) -> Exception | None:
         """Translate a checkpointer's own error into outlive's tree (None: not ours, re-raise)."""
         return None
+
+    async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
+                                     value: Any) -> tuple[Outcome, bool]:
+        """Apply ``command`` and, in the same transaction, LangGraph's row for the task at
+        ``slot`` returning ``value``; ``(outcome, whether that row was written)``.
+
+        The row is written only when the command writes (a no-op writes nothing). This default
+        (a store with no shared transaction) writes the command alone.
+        """
+        return await self.execute(work_id, command), False
+
+    async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                             record: Callable[[Any], Command]) -> tuple[Any, Outcome]:
+        """Run a step and journal it in one transaction with LangGraph's write of its task.
+
+        Without this, a step costs two commits: the journal entry, then LangGraph's own save of
+        the task result (in the background, even under ``durability="sync"``). Here the task's
+        row is written with the journal entry and the saver answers LangGraph's later
+        ``put_writes`` of that very result as already committed. Inside an ``outlive_task`` the
+        row is the task's envelope; in ``run_step``'s one-task program, the body's result.
+        """
+        if INSIDE_TASK.get():
+            pending = PENDING_TASK_WRITE.get()
+            if pending is None or pending.step != call.step or pending.value \
+                    or pending.slot is None or not self.merges_task_writes:
+                return await super().run_and_record(call, fn, record)
+            token = PENDING_TASK_WRITE.set(None)  # steps inside the body are not this task
+            try:
+                result = await fn()
+            finally:
+                PENDING_TASK_WRITE.reset(token)
+            value = pending.make(call, result)
+            outcome, wrote = await self.record_with_task_write(call.work_id, record(result),
+                                                               pending.slot, value)
+            if wrote:
+                pending.value.append(value)
+            return result, outcome
+        if not self.merges_task_writes:
+            return await super().run_and_record(call, fn, record)
+        outcomes: list[Outcome] = []
+
+        async def body_and_record() -> Any:
+            slot = running_task_write()
+            result = await fn()
+            outcome, _ = await self.record_with_task_write(call.work_id, record(result), slot,
+                                                           result)
+            outcomes.append(outcome)
+            return result
+
+        result = await self.run_step(call, body_and_record)
+        return result, outcomes[0]
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run the body once as a ``@task`` in an entrypoint invocation on the attempt's thread.
@@ -184,6 +244,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
     """
 
     capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
+    merges_task_writes = True
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -239,6 +300,36 @@ class LangGraphSqliteBackend(LangGraphBackend):
         store = self._store
         out: Outcome = await self._in_thread(lambda conn: store.run(conn, work_id, command))
         return out
+
+    async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
+                                     value: Any) -> tuple[Outcome, bool]:
+        """The core store's write transaction, with LangGraph's row added before its COMMIT."""
+        if slot is None:
+            return await self.execute(work_id, command), False
+        saver = self._db()
+        sql, rows = saver.task_rows(slot, value)
+        ledger = self._store
+        wrote: list[bool] = []
+
+        def run(conn: sqlite3.Connection) -> Outcome:
+            before = ledger.before_commit
+
+            def also(tx: sqlite3.Connection) -> None:
+                if before is not None:
+                    before(tx)
+                tx.executemany(sql, rows)
+                wrote.append(True)
+
+            ledger.before_commit = also  # this connection's thread, one write at a time
+            try:
+                return ledger.run(conn, work_id, command)
+            finally:
+                ledger.before_commit = before
+
+        out: Outcome = await self._in_thread(run)
+        if wrote:
+            saver.wrote(slot, value)
+        return out, bool(wrote)
 
     async def load(self, work_id: str) -> WorkState | None:
         store = self._store

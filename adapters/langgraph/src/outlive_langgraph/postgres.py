@@ -36,10 +36,10 @@ from outlive._postgres import PostgresLedger
 from outlive.errors import BackendUnavailable, InvalidRecord
 from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
-from outlive.sqlstore import Read, load_flow
+from outlive.sqlstore import Read, Write, load_flow
 
-from ._checkpoint import may_write
-from ._context import owner_of
+from ._checkpoint import _RETURN, TaskWrites, may_write
+from ._context import TaskWrite, owner_of
 from .backend import LangGraphBackend
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
@@ -49,10 +49,55 @@ _WRITING_FOR: ContextVar[tuple[str, int, int] | None] = ContextVar(
     "outlive_langgraph_pg_owner", default=None)
 #: The server rolled the transaction back: nothing was written, the write may be retried.
 _RETRY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+#: A predicted task row to remove in this task's ``put_writes`` transaction (see ``TaskWrites``).
+_STRAY: ContextVar[TaskWrite | None] = ContextVar("outlive_langgraph_pg_stray", default=None)
+#: LangGraph rows a ledger write carries into its transaction: (statement, rows, written flag).
+_ALSO: ContextVar[tuple[str, list[Any], list[bool]] | None] = ContextVar(
+    "outlive_langgraph_pg_also", default=None)
 _LOCK_HEAD = "SELECT seq FROM outlive_works WHERE work_id = %s FOR SHARE"
+_DELETE_TASK_WRITES = ("DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s "
+                       "AND checkpoint_id = %s AND task_id = %s")
 
 
-class FencedAsyncPostgresSaver(AsyncPostgresSaver):
+class _Ledger(PostgresLedger):
+    """The core's PostgreSQL ledger; a write can carry LangGraph's task rows into its transaction.
+
+    The core sends a ledger write as one statement (the compare-and-set on the head and the
+    changed rows). With rows to carry, that statement and LangGraph's insert run in one
+    transaction (pipelined), and the insert only when the compare-and-set took.
+    """
+
+    async def _write(self, req: Write) -> bool:
+        also = _ALSO.get()
+        if also is None:
+            return await super()._write(req)
+        assert req.single is not None
+        sql, rows, wrote = also
+        deadline = time.monotonic() + self.options["timeout"] / 1000
+        while True:
+            try:
+                async with self._conn() as conn:
+                    async with conn.pipeline(), conn.transaction():
+                        cur = await conn.execute(*req.single)
+                        row = await cur.fetchone()
+                        took = row is not None and int(row[0]) == 1
+                        if took:
+                            async with conn.cursor() as ins:
+                                await ins.executemany(sql, rows)
+                if took:
+                    wrote.append(True)
+                return took
+            except _RETRY as exc:
+                if time.monotonic() > deadline:
+                    raise BackendUnavailable(
+                        f"{self.url}: the work stayed locked by another session for over "
+                        f"{self.options['timeout']} ms; nothing was written",
+                        url=self.url, landed=False) from exc
+                self.busy_retries += 1
+                await asyncio.sleep(0.001)
+
+
+class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
     """``AsyncPostgresSaver`` whose writes for an outlive attempt are checked in their transaction.
 
     ``BEGIN``; ``SELECT ... FOR SHARE`` on the work's head row in ``outlive_works`` (the row every
@@ -63,16 +108,23 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver):
     """
 
     def __init__(self, conn: psycopg.AsyncConnection[DictRow], ledger: PostgresLedger) -> None:
-        super().__init__(conn)
+        AsyncPostgresSaver.__init__(self, conn)
+        TaskWrites.__init__(self)
         #: The core's ledger in the same database: the fence reads the work through its store.
         self.ledger = ledger
         #: Awaited inside the fenced transaction, after the check and before LangGraph's
         #: statements (tests pause a writer here).
         self.before_write: Callable[[tuple[str, int, int]], Awaitable[None]] | None = None
 
+    def task_rows(self, slot: TaskWrite, value: Any) -> tuple[str, list[Any]]:
+        """LangGraph's row for a task that returned ``value`` (what ``aput_writes`` would write)."""
+        return self.INSERT_CHECKPOINT_WRITES_SQL, self._dump_writes(
+            slot.thread_id, slot.checkpoint_ns, slot.checkpoint_id, slot.task_id, slot.task_path,
+            [(_RETURN, value)])
+
     async def _as_owner(self, config: RunnableConfig, write: Callable[[], Awaitable[Any]]) -> Any:
         owner = owner_of(config)
-        if owner is None:
+        if owner is None and _STRAY.get() is None:
             return await write()
         token = _WRITING_FOR.set(owner)
         deadline = time.monotonic() + self.ledger.options["timeout"] / 1000
@@ -97,8 +149,15 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
-        await self._as_owner(config, lambda: super(FencedAsyncPostgresSaver, self).aput_writes(
-            config, writes, task_id, task_path))
+        done, stray = self.claim(config, writes, task_id, task_path)
+        if done:
+            return  # committed with the step's journal entry, in its transaction
+        token = _STRAY.set(stray)
+        try:
+            await self._as_owner(config, lambda: super(FencedAsyncPostgresSaver, self).aput_writes(
+                config, writes, task_id, task_path))
+        finally:
+            _STRAY.reset(token)
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[psycopg.AsyncCursor[DictRow]]:
@@ -107,8 +166,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver):
         (``_cursor`` is the one place ``AsyncPostgresSaver`` opens a cursor; the version range in
         pyproject.toml keeps it.)
         """
-        owner = _WRITING_FOR.get()
-        if owner is None:
+        owner, stray = _WRITING_FOR.get(), _STRAY.get()
+        if owner is None and stray is None:
             async with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
@@ -116,9 +175,13 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver):
         assert isinstance(conn, psycopg.AsyncConnection)
         async with self.lock, conn.transaction(), \
                 conn.cursor(binary=True, row_factory=dict_row) as cur:
-            await self._check(conn, owner)
-            if self.before_write is not None:
-                await self.before_write(owner)
+            if owner is not None:
+                await self._check(conn, owner)
+                if self.before_write is not None:
+                    await self.before_write(owner)
+            if stray is not None:
+                await cur.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
+                                                        stray.checkpoint_id, stray.task_id))
             yield cur
 
     async def _check(self, conn: psycopg.AsyncConnection[Any], owner: tuple[str, int, int]) -> None:
@@ -150,10 +213,11 @@ class LangGraphPostgresBackend(LangGraphBackend):
 
     capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
     store_options = tuple(_LEDGER_OPTIONS)
+    merges_task_writes = True
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.ledger = PostgresLedger(url, extra_options=("durability",))
+        self.ledger: PostgresLedger = _Ledger(url, extra_options=("durability",))
         self.conninfo = self.ledger.conninfo
         self._saver: FencedAsyncPostgresSaver | None = None
         self._saver_conn: psycopg.AsyncConnection[Any] | None = None
@@ -198,6 +262,23 @@ class LangGraphPostgresBackend(LangGraphBackend):
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         return await self.ledger.execute(work_id, command)
+
+    async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
+                                     value: Any) -> tuple[Outcome, bool]:
+        """The ledger's write and LangGraph's row for the task in one transaction."""
+        if slot is None or self._saver is None:
+            return await self.ledger.execute(work_id, command), False
+        saver = self._saver
+        sql, rows = saver.task_rows(slot, value)
+        wrote: list[bool] = []
+        token = _ALSO.set((sql, rows, wrote))
+        try:
+            out = await self.ledger.execute(work_id, command)
+        finally:
+            _ALSO.reset(token)
+        if wrote:
+            saver.wrote(slot, value)
+        return out, bool(wrote)
 
     async def load(self, work_id: str) -> WorkState | None:
         return await self.ledger.load(work_id)

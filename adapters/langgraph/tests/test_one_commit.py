@@ -1,0 +1,121 @@
+"""A step is one commit: its journal entry and LangGraph's write of its task share a transaction.
+
+LangGraph saves a task's result itself (in the background, even under ``durability="sync"``); the
+step's fenced journal entry is a second write. The backend writes LangGraph's row with the
+journal entry and the saver answers LangGraph's own ``put_writes`` of that very result as already
+committed. A prediction of where LangGraph saves the row that turns out wrong costs a commit, not
+a stray row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.func import entrypoint
+
+import outlive
+from outlive import Controller, External, Worker
+from outlive_langgraph import FencedAsyncSqliteSaver, LangGraphBackend, _engine, outlive_task, run
+
+from ._q3 import V1
+
+N = 6
+
+
+async def _worker(b: outlive.Backend) -> Worker:
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("q3")
+    await ctl.publish("q3", "v1", V1)
+    w = Worker(b, await ctl.admit("q3"), V1)
+    await w.start()
+    return w
+
+
+async def _commits(saver: FencedAsyncSqliteSaver) -> list[str]:
+    seen: list[str] = []
+    await saver.in_thread(lambda conn: conn.set_trace_callback(
+        lambda sql: seen.append(sql) if sql.strip().upper() == "COMMIT" else None))
+    return seen
+
+
+@outlive_task(external=("i",))
+async def step(i: int) -> dict[str, int]:
+    return {"i": i}
+
+
+@pytest.fixture
+async def sqlite_backend(tmp_path: Path) -> Any:
+    b = await outlive.open_backend(f"langgraph+sqlite:///{tmp_path}/lg.db")
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def test_each_step_of_an_entrypoint_is_one_commit(sqlite_backend: LangGraphBackend) -> None:
+    b = sqlite_backend
+    saver = b.checkpointer
+    assert isinstance(saver, FencedAsyncSqliteSaver)
+
+    @entrypoint(checkpointer=saver)
+    async def prog(n: int) -> list[int]:
+        return [(await step(i))["i"] for i in range(n)]
+
+    w = await _worker(b)
+    commits = await _commits(saver)
+    assert await run(prog, N, worker=w) == list(range(N))
+    # N steps, plus the invocation's own checkpoints and the entrypoint's result: not 2 N.
+    assert saver.merged == N
+    assert len(commits) <= N + 4, commits
+    # LangGraph's rows are there, as it would have written them: a resume restores them.
+    snapshot = await prog.aget_state({"configurable": {"thread_id": "q3"}})
+    assert snapshot.values == list(range(N))
+    with sqlite3.connect(b.path) as conn:   # type: ignore[attr-defined]
+        (rows,) = conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'q3' AND "
+                               "channel = '__return__'").fetchone()
+    assert rows == N
+
+
+async def test_a_worker_step_is_one_commit_with_its_task(sqlite_backend: LangGraphBackend) -> None:
+    """The external-worker shape: the one-task program's write and the journal entry."""
+    b = sqlite_backend
+    saver = b.checkpointer
+    assert isinstance(saver, FencedAsyncSqliteSaver)
+    w = await _worker(b)
+    for i in range(N):
+        assert await w.step(f"s{i}", lambda i: {"i": i}, i=External(i)) == {"i": i}
+    assert saver.merged == N
+    st = await b.load("q3")
+    assert st is not None and [e.step for e in st.journal] == [f"s{i}" for i in range(N)]
+
+
+async def test_a_wrong_guess_of_langgraphs_place_leaves_no_stray_row(
+        sqlite_backend: LangGraphBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = sqlite_backend
+    saver = b.checkpointer
+    assert isinstance(saver, FencedAsyncSqliteSaver)
+    real = _engine.running_task_write
+
+    def wrong() -> Any:
+        slot = real()
+        return None if slot is None else dataclasses.replace(slot, checkpoint_id="not-there")
+
+    monkeypatch.setattr(_engine, "running_task_write", wrong)
+
+    @entrypoint(checkpointer=saver)
+    async def prog(n: int) -> list[int]:
+        return [(await step(i))["i"] for i in range(n)]
+
+    w = await _worker(b)
+    assert await run(prog, N, worker=w) == list(range(N))
+    assert saver.merged == 0
+    with sqlite3.connect(b.path) as conn:   # type: ignore[attr-defined]
+        stray = conn.execute("SELECT count(*) FROM writes WHERE checkpoint_id = 'not-there'"
+                             ).fetchone()[0]
+        rows = conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'q3' AND "
+                            "channel = '__return__'").fetchone()[0]
+    assert (stray, rows) == (0, N)
