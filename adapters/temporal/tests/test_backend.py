@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -263,3 +264,18 @@ async def test_options_run_the_same_work(backend_url: str, params: str) -> None:
         assert all(r.status == "completed" and r.inline for r in b.stats.reports)
     finally:
         await b.close()
+
+
+async def test_the_ledger_workflow_applies_commands_on_the_engines_clock(
+        backend: TemporalBackend) -> None:
+    """The client-driven ledger passes ``workflow.now()`` as the ledger's ``now``, as the
+    memory and SQL stores pass their own clock: a worker's timestamp from the future is clamped."""
+    w = await open_work(backend, work_id=wid("clock"))
+    ahead = int(time.time() * 1000) + 3_600_000
+    await backend.execute(w.work_id, L.Heartbeat(attempt=w.attempt.number, token=w.attempt.token,
+                                                 secret=w.attempt.secret, at=ahead))
+    st = await backend.load(w.work_id)
+    assert st is not None
+    att = st.attempt(w.attempt.number)
+    assert att is not None
+    assert att.last_heartbeat < ahead - 3_000_000, "the worker's clock renewed the lease"

@@ -4,6 +4,7 @@ heartbeat timeout, a rebuild when the input moves on, bounded state, replay."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +14,8 @@ import temporal_engine_app as app
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from outlive.errors import PayloadTooLarge
+from outlive import ledger as L
+from outlive.errors import NotFound, PayloadTooLarge
 from outlive.records import AttemptState
 from outlive_temporal import DevServer, FileStore, OutlivePlugin, WorkHandle, typed_error
 
@@ -138,3 +140,31 @@ async def test_a_thousand_steps_of_20kb_continue_as_new_with_results_by_referenc
     async for event in handle.fetch_history_events():
         limit = 100_000 if event.event_id == 1 else 16_000
         assert event.ByteSize() < limit
+
+
+async def test_leases_are_measured_on_the_engines_clock(client: Client, queue: str) -> None:
+    """A fenced write from outside (a worker's heartbeat, with the worker's own timestamp) is
+    applied with the workflow's clock as ``now``: a timestamp an hour ahead cannot push the
+    attempt's last sign of life past the engine's time, so it cannot stretch the lease."""
+    wid = _id("digest/clock")
+    handle = await client.start_workflow(app.FleetWork.run, {"s1": "slow:3:ck-a"}, id=wid,
+                                         task_queue=queue)
+    work = WorkHandle(handle)
+    for _ in range(100):
+        try:
+            st = await work.state()
+        except NotFound:
+            st = None
+        if st is not None and st.current_attempt is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert st is not None and st.current_attempt is not None
+    att = st.current_attempt
+    ahead = int(time.time() * 1000) + 3_600_000
+    out = await work.execute(L.Heartbeat(attempt=att.number, token=att.token, at=ahead))
+    assert out.kind == "beat"
+    beat = (await work.state()).attempt(att.number)
+    assert beat is not None
+    assert beat.last_heartbeat < ahead - 3_000_000, "the worker's clock renewed the lease"
+    assert abs(beat.last_heartbeat - int(time.time() * 1000)) < 60_000
+    await handle.result()

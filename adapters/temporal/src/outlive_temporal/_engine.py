@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
 
     from ._errors import rejection
 
-__all__ = ["CARRY_KEY", "COMMAND_UPDATE", "DEPENDABLE_QUERY", "PUBLISH_UPDATE", "STATE_QUERY",
+__all__ = ["CARRY_KEY", "COMMAND_UPDATE", "DEPENDABLE_QUERY", "PUBLISH_UPDATE", "STATE_QUERY", "engine_now",
            "Attempt", "Work", "activity_id", "parse_activity_id", "rule_from_text"]
 
 T = TypeVar("T")
@@ -88,6 +88,11 @@ def parse_activity_id(text: str) -> tuple[int, int, str] | None:
         return int(parts[1]), int(parts[2]), parts[4]
     except ValueError:
         return None
+
+
+def engine_now() -> int:
+    """Temporal's clock inside workflow code, in ms (the ledger's ``now``)."""
+    return int(workflow.now().timestamp() * 1000)
 
 
 def rule_from_text(text: str) -> Rule:
@@ -304,7 +309,9 @@ class _WorkLedger:
 
     # -- the ledger, applied in workflow code --------------------------------------------------
     def now(self) -> int:
-        return int(workflow.now().timestamp() * 1000)
+        """The engine's clock (the workflow task's time, the same on replay), in ms: every
+        command is applied with it, so a worker's timestamp never renews a lease past it."""
+        return engine_now()
 
     def apply(self, cmd: L.Command) -> L.Outcome:
         """Apply ``cmd`` with the core ledger; refuse it if the state would pass the cap."""
@@ -316,7 +323,8 @@ class _WorkLedger:
                 f"across continue-as-new, limit 2 MB); keep results by reference (a store on "
                 f"the OutlivePlugin)", size=self.bytes + grow,
                 limit=self.owner.outlive_max_state_bytes)
-        self.state, out = L.apply(self.state if self.opened else None, cmd, work_id=self.work_id)
+        self.state, out = L.apply(self.state if self.opened else None, cmd, work_id=self.work_id,
+                                  now=self.now())
         self.opened = True
         self.bytes += grow
         return out
@@ -522,7 +530,8 @@ class Work:
     def _outlive_validate(self, text: str) -> None:
         led = self.outlive
         try:
-            L.apply(led.state if led.opened else None, _command(text), work_id=led.work_id)
+            L.apply(led.state if led.opened else None, _command(text), work_id=led.work_id,
+                    now=led.now())
         except Exception as exc:
             raise rejection(exc) from None
 

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from outlive.errors import InvalidRecord, OutliveError
     from outlive.records import WorkState
 
+    from ._engine import engine_now
     from ._errors import rejection
 
 __all__ = ["LEDGER_WORKFLOW", "STEP_ACTIVITY", "BatchItem", "BatchReply", "BatchRequest",
@@ -136,7 +137,7 @@ class LedgerWorkflow:
             cmd = codec.loads(text)
             if not L.is_command(cmd):
                 raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
-            return L.apply(self._state, cmd, work_id=self._work_id)
+            return L.apply(self._state, cmd, work_id=self._work_id, now=engine_now())
         except Exception as exc:
             raise rejection(exc) from None
 
@@ -181,7 +182,7 @@ class LedgerWorkflow:
             if not isinstance(cmd, L.RecordSteps) or len(cmd.entries) != 1:
                 raise InvalidRecord("record must be a RecordSteps with one entry")
             cmd = replace(cmd, entries=(replace(cmd.entries[0], result=value),))
-            new, outcome = L.apply(self._state, cmd, work_id=self._work_id)
+            new, outcome = L.apply(self._state, cmd, work_id=self._work_id, now=engine_now())
         except Exception as exc:  # a refusal must never fail the workflow task
             refusal = exc if isinstance(exc, OutliveError) else InvalidRecord(
                 f"malformed step record: {type(exc).__name__}: {exc}")
