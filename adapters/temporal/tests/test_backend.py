@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 
 from outlive import Contract, Controller, MemoryReceiver, Worker
 from outlive import ledger as L
 from outlive.errors import (
+    BackendUnavailable,
     NotFound,
     PayloadTooLarge,
     StaleOwner,
@@ -21,7 +24,8 @@ from outlive.errors import (
 )
 from outlive.hashing import content_hash, input_key
 from outlive_conformance.testing import open_work
-from outlive_temporal import TemporalBackend, workflow_id
+from outlive_temporal import TemporalBackend, _backend, workflow_id
+from outlive_temporal._workflow import STEP_ACTIVITY
 from outlive_temporal.backend import parse_url, work_id_of
 
 V1 = {"s1": "Intro.", "s2": "Revenue was 4.1 million."}
@@ -279,3 +283,67 @@ async def test_the_ledger_workflow_applies_commands_on_the_engines_clock(
     att = st.attempt(w.attempt.number)
     assert att is not None
     assert att.last_heartbeat < ahead - 3_000_000, "the worker's clock renewed the lease"
+
+
+class _LosingBackend(TemporalBackend):
+    """Its step worker loses the first ``lose`` activity tasks it is handed: Temporal records
+    them started, no body runs and no heartbeat comes - what the 864-run sweep met at
+    concurrency 32 (a task the server recorded as started that never reached this process)."""
+
+    lose = 1
+
+    def _make_activity(self) -> Callable[[str], Awaitable[str]]:
+        inner = super()._make_activity()
+
+        @activity.defn(name=STEP_ACTIVITY)
+        async def losing(key: str) -> str:
+            if self.lose > 0:
+                self.lose -= 1
+                await asyncio.sleep(3600)
+            return await inner(key)
+
+        return losing
+
+
+async def test_a_step_task_lost_before_its_body_ran_is_dispatched_again(backend_url: str) -> None:
+    """A heartbeat timeout on a task whose body never started here means nothing happened: the
+    backend dispatches the step again (one body run), instead of failing the caller with
+    BackendUnavailable. Both paths: one step per update, and a batch of steps."""
+    lose = 2
+    b = _LosingBackend(backend_url + "?heartbeat_ms=300")
+    b.lose = lose
+    await b.start()
+    try:
+        opened = await open_work(b, versions={"v1": V1}, work_id=wid("lost"))
+        runs: list[str] = []
+
+        def body(**kw: str) -> dict[str, str]:
+            runs.extend(kw)
+            return summarise(**kw)
+
+        got = await opened.worker.step("s1", body, s1=V1["s1"])
+        assert got == summarise(s1=V1["s1"]) and runs == ["s1"]
+        assert b.stats.lost == lose
+        assert [r.status for r in b.stats.reports] == ["lost"] * lose + ["completed"]
+        b.lose = lose
+        await opened.worker.run_steps([("s2", body, {"s2": V1["s2"]})])
+        assert runs == ["s1", "s2"] and b.stats.lost == 2 * lose
+        st = await b.load(opened.work_id)
+        assert st is not None and [e.step for e in st.journal] == ["s1", "s2"]
+    finally:
+        await b.close()
+
+
+async def test_a_step_task_lost_every_time_is_unavailable(
+        backend_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_backend, "LOST_TASK_TRIES", 2)
+    b = _LosingBackend(backend_url + "?heartbeat_ms=300")
+    b.lose = 2
+    await b.start()
+    try:
+        opened = await open_work(b, versions={"v1": V1}, work_id=wid("lost-all"))
+        with pytest.raises(BackendUnavailable, match="before the body ran"):
+            await opened.worker.step("s1", summarise, s1=V1["s1"])
+        assert b.stats.lost == 2
+    finally:
+        await b.close()

@@ -75,8 +75,8 @@ from ._workflow import (
     StepRequest,
 )
 
-__all__ = ["MAX_BATCH_STEPS", "MAX_COMMAND_BYTES", "StepReport", "TemporalBackend", "parse_url", "work_id_of",
-           "workflow_id"]
+__all__ = ["LOST_TASK_TRIES", "MAX_BATCH_STEPS", "MAX_COMMAND_BYTES", "StepReport", "TemporalBackend",
+           "parse_url", "work_id_of", "workflow_id"]
 
 #: Temporal refuses payloads over 2 MB; a command bigger than this is refused before sending.
 MAX_COMMAND_BYTES = 1_900_000
@@ -86,6 +86,9 @@ MAX_BATCH_STEPS = 500
 #: Step results up to this size travel back through the activity completion; larger ones are
 #: handed over in-process by reference (history keeps the reference, not the blob).
 INLINE_RESULT_BYTES = 64 * 1024
+#: How many times one step is dispatched when Temporal times its activity out before the body
+#: started in this process (a task lost between the server and this worker; see ``_run``).
+LOST_TASK_TRIES = 5
 
 _PREFIX = "outlive-ledger:"
 _RETRYABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
@@ -93,6 +96,8 @@ _RETRYABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
               RPCStatusCode.INTERNAL, RPCStatusCode.ABORTED}
 
 T = TypeVar("T")
+#: ``_batch``: the batch stopped on a step whose activity was lost before its body ran.
+_LOST = object()
 #: The caller gets the body's own exception; Temporal need not log these as warnings.
 _BENIGN = ApplicationErrorCategory.BENIGN
 
@@ -135,6 +140,8 @@ class StepReport:
 class _Stats:
     updates: int = 0
     retries: int = 0
+    #: Step activities Temporal timed out before their body started here (dispatched again).
+    lost: int = 0
     reports: list[StepReport] = field(default_factory=list)
 
 
@@ -431,7 +438,7 @@ class TemporalBackend(Backend):
             return await super().run_and_record_many(calls, fns, records)
         texts = [codec.dumps(t) for t in templates]
         results: list[Any] = []
-        i = 0
+        i = lost = 0
         while i < len(calls):
             j, size = i, 0
             while j < len(calls) and j - i < MAX_BATCH_STEPS \
@@ -441,7 +448,14 @@ class TemporalBackend(Backend):
             done, stop_result = await self._batch(calls[i:j], fns[i:j], texts[i:j])
             results.extend(done)
             i += len(done)
-            if stop_result is not None:  # journal the stopping step here, continue after it
+            if stop_result is _LOST:  # nothing ran for the stopping step: the rest goes again
+                lost += 1
+                if lost >= LOST_TASK_TRIES:
+                    raise BackendUnavailable(
+                        f"step {calls[i].step!r} of {calls[i].work_id!r}: {lost} activity tasks "
+                        f"timed out before their body ran", work_id=calls[i].work_id)
+                continue
+            if isinstance(stop_result, tuple):  # journal the stopping step here, continue after
                 value = stop_result[0]
                 await self.execute(calls[i].work_id, records[i](value))
                 results.append(value)
@@ -449,9 +463,10 @@ class TemporalBackend(Backend):
         return results
 
     async def _batch(self, calls: list[StepCall], fns: list[Callable[[], Awaitable[Any]]],
-                     texts: list[str]) -> tuple[list[Any], tuple[Any] | None]:
+                     texts: list[str]) -> tuple[list[Any], tuple[Any] | object | None]:
         """One ``steps`` update. Returns the journaled results and, if the batch stopped on a
-        step that ran but could not be journaled in the workflow, that step's result."""
+        step that ran but could not be journaled in the workflow, that step's result (``_LOST``:
+        Temporal timed the stopping step out before its body started: nothing happened)."""
         self._c()  # not started: BackendUnavailable before any body is registered
         cfg = self.config
         pends = [_Pending(fn=fn) for fn in fns]
@@ -479,6 +494,11 @@ class TemporalBackend(Backend):
             if stop is None:
                 return results, None
             call, pend = calls[reply.journaled], pends[reply.journaled]
+            if stop.status == "timed_out" and self._lost(keys[reply.journaled], pend):
+                self.stats.reports.append(StepReport(
+                    work_id=call.work_id, attempt=call.attempt, step=call.step, status="lost",
+                    detail=stop.detail))
+                return results, _LOST
             inline = stop.status == "completed" and (stop.result or "").startswith("v:")
             self.stats.reports.append(StepReport(
                 work_id=call.work_id, attempt=call.attempt, step=call.step, status=stop.status,
@@ -501,6 +521,18 @@ class TemporalBackend(Backend):
 
     async def _run(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                    record: str | None) -> tuple[Any, StepReply]:
+        """One step activity; dispatched again if Temporal timed it out before the body ran."""
+        for _ in range(LOST_TASK_TRIES):
+            out = await self._run_once(call, fn, record)
+            if out is not None:
+                return out
+        raise BackendUnavailable(
+            f"step {call.step!r} of {call.work_id!r}: {LOST_TASK_TRIES} activity tasks timed out "
+            f"before the body ran", work_id=call.work_id)
+
+    async def _run_once(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                        record: str | None) -> tuple[Any, StepReply] | None:
+        """None: the task was lost before the body ran (nothing happened; dispatch again)."""
         self._c()  # not started: BackendUnavailable before any body is registered
         key = uuid.uuid4().hex
         pend = _Pending(fn=fn)
@@ -517,6 +549,11 @@ class TemporalBackend(Backend):
                 if pend.task is None:
                     raise  # the body never ran: nothing happened
                 reply = StepReply(status="unreachable")
+            if reply.status == "timed_out" and self._lost(key, pend):
+                self.stats.reports.append(StepReport(
+                    work_id=call.work_id, attempt=call.attempt, step=call.step, status="lost",
+                    detail=reply.detail))
+                return None
             inline = reply.status == "completed" and (reply.result or "").startswith("v:")
             self.stats.reports.append(StepReport(
                 work_id=call.work_id, attempt=call.attempt, step=call.step, status=reply.status,
@@ -535,3 +572,12 @@ class TemporalBackend(Backend):
             raise
         finally:
             self._pending.pop(key, None)
+
+    def _lost(self, key: str, pend: _Pending) -> bool:
+        """Did Temporal time out a task whose body never started here? Then the body can never
+        start for it (its key is withdrawn in the same step, with no await in between)."""
+        if pend.task is not None:
+            return False
+        self._pending.pop(key, None)
+        self.stats.lost += 1
+        return True
