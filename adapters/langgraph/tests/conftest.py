@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import outlive
-from outlive_langgraph.pgserver import PostgresServer
+from outlive_langgraph.testing import PostgresServer
 
 
 @pytest.fixture(params=["langgraph+sqlite", "langgraph+memory"])

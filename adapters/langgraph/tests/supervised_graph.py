@@ -20,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 
 import outlive
 from outlive.supervisor import AttemptContext
-from outlive_langgraph import LangGraphBackend, outlive_node, run_attempt
+from outlive_langgraph import LangGraphBackend, graph_attempt, outlive_node
 
 SECTIONS = ("s1", "s2", "s3")
 V1 = {"s1": "A steady quarter.", "s2": "Revenue was 4.7 million.", "s3": "Costs fell."}
@@ -69,10 +69,12 @@ def build(backend: LangGraphBackend, attempt: int) -> Any:
     return g.compile(checkpointer=backend.checkpointer)
 
 
-async def attempt(ctx: AttemptContext) -> None:
-    """One attempt = one invocation of the user's graph, on the user's thread (the work id)."""
+def _build(ctx: AttemptContext) -> Any:
     backend = ctx.worker.backend
     assert isinstance(backend, LangGraphBackend)
-    graph = build(backend, ctx.attempt.number)
-    out = await run_attempt(graph, {"report": ctx.inputs}, worker=ctx.worker)
-    await ctx.submit({"digest": " ".join(out["parts"])})
+    return build(backend, ctx.attempt.number)
+
+
+#: One attempt = one invocation of the user's graph, on the user's thread (the work id).
+attempt = graph_attempt(_build, input=lambda ctx: {"report": ctx.inputs},
+                        candidate=lambda out: {"digest": " ".join(out["parts"])})

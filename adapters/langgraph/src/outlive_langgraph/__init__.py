@@ -13,10 +13,11 @@ from __future__ import annotations
 try:
     import langgraph  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("outlive_langgraph needs LangGraph: pip install outlive-langgraph") from exc
+    raise ImportError("outlive_langgraph needs LangGraph: pip install 'outlive[langgraph]'") from exc
 
 from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer, may_write
 from ._context import OWNER_KEYS, Durability, owner_of
+from ._dispatch import graph_attempt, run_attempt
 from ._engine import (
     OutliveTask,
     astream,
@@ -27,7 +28,6 @@ from ._engine import (
     outlive_task,
     persist_for,
     run,
-    run_attempt,
 )
 from .backend import (
     LangGraphBackend,
@@ -49,6 +49,7 @@ __all__ = [
     "attempt_config",
     "current_worker",
     "durability_for",
+    "graph_attempt",
     "may_write",
     "outlive_node",
     "outlive_task",

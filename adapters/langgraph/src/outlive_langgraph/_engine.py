@@ -53,7 +53,6 @@ __all__ = [
     "outlive_task",
     "persist_for",
     "run",
-    "run_attempt",
 ]
 
 P = ParamSpec("P")
@@ -318,25 +317,6 @@ async def run(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker
     return out
 
 
-async def run_attempt(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker,
-                      config: RunnableConfig | None = None,
-                      durability: Durability | None = None) -> Any:
-    """What a supervised attempt runs: carry on the thread's pending run, or start ``input``.
-
-    A predecessor that died (or was taken over) mid-run left the thread with pending nodes.
-    If that run was for the version this attempt is pinned to, the successor continues it
-    (``ainvoke(None)``): LangGraph keeps the nodes it finished, outlive restores the steps it
-    journaled. Otherwise (a new input version, a finished thread) it starts a run with
-    ``input``: a new run on the thread, whose state the user's reducers carry over as usual.
-    """
-    cfg = _config(worker, config, None)
-    snapshot = await program.aget_state(cfg)
-    pending = bool(snapshot.next) and (snapshot.metadata or {}).get("outlive_version") == \
-        worker.attempt.pinned_version
-    return await run(program, None if pending else input, worker=worker, config=cfg,
-                     durability=durability)
-
-
 async def astream(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker,
                   config: RunnableConfig | None = None, durability: Durability | None = None,
                   **kwargs: Any) -> AsyncIterator[Any]:
@@ -387,3 +367,12 @@ def _config(worker: Worker, config: RunnableConfig | None, thread_id: str | None
     if thread_id is not None:
         cfg["configurable"]["thread_id"] = thread_id
     return cfg
+
+
+def __getattr__(name: str) -> Any:
+    """``run_attempt`` lives in :mod:`._dispatch` (the supervisor's side); kept importable here."""
+    if name == "run_attempt":
+        from ._dispatch import run_attempt
+
+        return run_attempt
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
