@@ -1,17 +1,18 @@
-"""The benchmark's Restate app: one user handler, two ways to run N steps in it.
+"""The benchmark's Restate app: in one handler invocation, chunks of raw steps alternate with
+chunks of the same steps done another way, so load on a shared machine hits both alike.
 
-``raw``     - N bare ``ctx.run_typed`` steps, the floor a Restate user writes;
-``outlive`` - the same N steps as ``Worker.step`` of the attempt this invocation runs
-              (``outlive_restate.attempt``): the body as ``ctx.run_typed`` plus the fenced journal
-              write to the work's ledger (``write="send"`` or ``"call"``);
+``outlive`` - inside ``outlive_restate.attempt`` (the handler shape): raw ``ctx.run_typed`` steps
+              alternate with ``Worker.step`` (the body as ``ctx.run_typed`` plus the fenced
+              journal write to the work's ledger object, ``write="send"`` or ``"call"``);
 ``owned``   - the same in the owner shape: an exclusive handler of the user's object that keeps
               the work's ledger (:func:`outlive_restate.keep_ledger`);
-``floor``   - the raw step plus an awaited call to an empty exclusive handler of another object:
-              what any per-step write to another key's state costs in Restate at least (the
-              handler shape's step is that, with outlive's write in the handler);
+``floor``   - raw steps alternate with a raw step plus an awaited call to an empty exclusive
+              handler of another object: what any per-step write to another key's state costs
+              in Restate at least (the handler shape's step is that, with outlive's write);
 ``takeover``- a step that waits while ``hold`` exists (for the takeover latency).
 
-Each answers the milliseconds spent in its step loop (journaled, so a replay answers the same).
+Each answers ``{"raw": ms, "other": ms}``: the time spent in each kind of chunk (journaled, so
+a replay answers the same). The attempt's start and finish are outside both.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import restate
@@ -36,23 +38,40 @@ async def _body(**kw: int) -> int:
     return next(iter(kw.values()))
 
 
-async def _elapsed(ctx: restate.Context, t0: float) -> float:
-    async def took() -> float:
-        return (time.perf_counter() - t0) * 1000
+async def _raw(ctx: restate.Context, i: int) -> bytes:
+    async def action() -> bytes:
+        return str(i).encode()
 
-    got: float = await ctx.run_typed("elapsed", took)
+    got: bytes = await ctx.run_typed(f"r{i}", action, restate.RunOptions(max_attempts=1, serde=_B))
     return got
 
 
-@bench.handler()
-async def raw(ctx: restate.Context, n: int) -> float:
-    t0 = time.perf_counter()
-    for i in range(n):
-        async def action(i: int = i) -> bytes:
-            return str(i).encode()
+async def _alternate(ctx: restate.Context, n: int, chunk: int,
+                     other: Callable[[int], Awaitable[Any]],
+                     settle: Callable[[], Awaitable[Any]] | None = None) -> dict[str, float]:
+    """``n`` raw steps and ``n`` other steps, in alternating chunks; the ms spent in each.
 
-        await ctx.run_typed(f"s{i}", action, restate.RunOptions(max_attempts=1, serde=_B))
-    return await _elapsed(ctx, t0)
+    ``settle`` ends each chunk of other steps (charged to them): work they left running.
+    """
+    spent = {"raw": 0.0, "other": 0.0}
+    for start in range(0, n, chunk):
+        idx = range(start, min(n, start + chunk))
+        t0 = time.perf_counter()
+        for i in idx:
+            await _raw(ctx, i)
+        t1 = time.perf_counter()
+        for i in idx:
+            await other(i)
+        if settle is not None:
+            await settle()
+        spent["raw"] += (t1 - t0) * 1000
+        spent["other"] += (time.perf_counter() - t1) * 1000
+
+    async def took() -> dict[str, float]:
+        return spent
+
+    got: dict[str, float] = await ctx.run_typed("elapsed", took)
+    return got
 
 
 @bench_sink.handler(input_serde=_B, output_serde=_B)
@@ -61,33 +80,33 @@ async def noop(ctx: restate.ObjectContext, req: bytes) -> bytes:
 
 
 @bench.handler()
-async def floor(ctx: restate.Context, arg: dict[str, Any]) -> float:
-    t0 = time.perf_counter()
-    for i in range(int(arg["n"])):
-        async def action(i: int = i) -> bytes:
-            return str(i).encode()
-
-        raw = await ctx.run_typed(f"s{i}", action, restate.RunOptions(max_attempts=1, serde=_B))
+async def floor(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
+    async def step(i: int) -> None:
+        raw = await _raw(ctx, i + 100_000)
         await ctx.generic_call("bench_sink", "noop", raw, key=str(arg["key"]))
-    return await _elapsed(ctx, t0)
+
+    return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step)
 
 
 @bench.handler()
-async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> float:
-    t0 = time.perf_counter()
+async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
     async with outlive_restate.attempt(ctx, write=arg.get("write", "send")) as w:
-        for i in range(int(arg["n"])):
+        async def step(i: int) -> None:
             await w.step(f"s{i}", _body, i=i)
-    return await _elapsed(ctx, t0)
+
+        # sent writes are applied by the ledger after the handler moved on: a call to the same
+        # ledger key queues behind them, so the chunk pays for them (else the raw chunk would)
+        settle = w.heartbeat if arg.get("write", "send") == "send" else None
+        return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step, settle)
 
 
 @bench_desk.handler()
-async def owned(ctx: restate.ObjectContext, arg: dict[str, Any]) -> float:
-    t0 = time.perf_counter()
+async def owned(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[str, float]:
     async with outlive_restate.attempt(ctx) as w:
-        for i in range(int(arg["n"])):
+        async def step(i: int) -> None:
             await w.step(f"s{i}", _body, i=i)
-    return await _elapsed(ctx, t0)
+
+        return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step)
 
 
 @bench.handler()

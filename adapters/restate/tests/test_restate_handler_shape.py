@@ -1,6 +1,6 @@
 """The user's own handlers run the attempts; Restate's timers and cancel drive takeover.
 
-One server and one deployment of the user's app (``restate_app``), registered once. Clients only
+The session's server and one deployment of the user's app (``restate_app``), registered once. Clients only
 start works; the tests then watch the ledger (read-only) while Restate does the rest.
 """
 
@@ -40,9 +40,9 @@ FORM = Contract(name="form", version="1", assessor="test")
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[RestateServer]:
-    with RestateServer(app="restate_app:app", pythonpath=(str(HERE),)) as srv:
-        yield srv
+def server(restate_server: RestateServer) -> RestateServer:
+    """The session's server and deployment of the tests' app (nothing here restarts them)."""
+    return restate_server
 
 
 @pytest.fixture(scope="module")

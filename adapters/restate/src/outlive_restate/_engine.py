@@ -58,7 +58,7 @@ from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
 from . import _errors
-from ._ledger import _CORE, EXECUTE, LEDGER, LOAD, _View, _write, read_all
+from ._ledger import EXECUTE, LEDGER, LOAD, _View, _write, read_all
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -233,9 +233,9 @@ class OwnedBackend(HandlerBackend):
     as the store's clock; only what changed is written with ``ctx.set``. Commands for any other
     work go to that work's ledger as durable calls.
 
-    With ``defer`` (what :func:`attempt` sets), a step's write is applied at once (same checks,
-    same outcome) but its ``ctx.set`` entries wait in a buffer, written in one go, the core
-    last, before any other command's, once the oldest waiting step is ``defer`` ms old
+    With ``defer`` (what :func:`attempt` sets), a step's write is applied at once in memory
+    (same checks, same outcome) but stored later: what changed is written in one go, the core
+    last, before any other command's, once the oldest held step is ``defer`` ms old
     (journaled time), when the attempt ends, and when the invocation is cancelled or fails for
     good. Until then the step's result is in this invocation's Restate journal (its
     ``ctx.run_typed`` entry): a retried or replayed invocation rebuilds the same buffer, and no
@@ -252,19 +252,30 @@ class OwnedBackend(HandlerBackend):
         self._journal: list[JournalEntry] = []
         self._index: dict[str, int] = {}
         self.defer = defer
-        self._buffer = _Buffer(ctx)
+        #: What the object's state holds (as last written); ``_view`` is ahead of it while
+        #: step writes are held back.
+        self._stored: _View | None = None
+        self._dirty = False
         self._since: int | None = None
 
     def flush(self) -> None:
-        """Write what the buffer holds (sync: ``ctx.set`` is, so it also runs on the way out)."""
-        self._buffer.flush()
+        """Write what changed since the last write, in one go, the core last (sync, as
+        ``ctx.set`` is, so it also runs on the way out of a cancelled invocation)."""
+        if self._dirty and self._view is not None:
+            old = self._stored
+            k = old.n if old is not None else 0
+            last = (self._journal[k - 1],) if k else ()
+            base = _View(k, replace(old.state, journal=last), old.stamps) if old else None
+            self._stored = self._view = _write(
+                self.octx, base, replace(self._view.state, journal=last + tuple(self._journal[k:])))
+            self._dirty = False
         self._since = None
 
     async def _own(self) -> _View | None:
         if not self._read:
             # One read of everything, at the start of every execution of the invocation: the
             # same reads on a replay, whatever this process has cached.
-            self._view = await read_all(self.octx)
+            self._view = self._stored = await read_all(self.octx)
             self._read = True
             if self._view is not None:
                 self._journal = list(self._view.state.journal)
@@ -300,10 +311,12 @@ class OwnedBackend(HandlerBackend):
         new, outcome = L.apply(state, command, work_id=work_id,
                                now=self.now or None)   # a rejection writes nothing
         if L.changed(state, new):
-            self._view = _write(self._buffer, view, new)  # type: ignore[arg-type]
             for e in new.journal[len(state.journal) if state is not None else 0:]:
                 self._index[e.result_id] = len(self._journal)
                 self._journal.append(e)
+            # in memory only; flush() writes the difference from what is stored
+            self._view = _View(len(self._journal), new, view.stamps if view is not None else {})
+            self._dirty = True
         if not self.defer or not isinstance(command, L.RecordSteps):
             self.flush()
         elif self._since is None:
@@ -322,38 +335,6 @@ class OwnedBackend(HandlerBackend):
 
 async def _wall() -> float:
     return time.time()
-
-
-class _Buffer:
-    """State writes held back: the last value per key; the core written after the rest."""
-
-    def __init__(self, ctx: restate.ObjectContext) -> None:
-        self.ctx = ctx
-        self.ops: dict[str, bytes | None] = {}
-
-    def key(self) -> str:
-        return self.ctx.key()
-
-    def set(self, name: str, value: bytes, serde: Any = None) -> None:
-        del serde
-        self.ops[name] = value
-
-    def clear(self, name: str) -> None:
-        self.ops[name] = None
-
-    def flush(self) -> None:
-        # The core is the commit point: every key it names is written before it, and what it
-        # no longer names is cleared after it (the layout of ._ledger).
-        core = self.ops.pop(_CORE, None)
-        for name, value in self.ops.items():
-            if value is not None:
-                self.ctx.set(name, value, serde=_B)
-        if core is not None:
-            self.ctx.set(_CORE, core, serde=_B)
-        for name, value in self.ops.items():
-            if value is None:
-                self.ctx.clear(name)
-        self.ops.clear()
 
 
 def _service_of(ctx: restate.Context) -> str | None:
