@@ -96,16 +96,20 @@ class TaskWrites:
 class FencedCheckpointer(BaseCheckpointSaver[Any]):
     """Any LangGraph saver, with outlive attempts' writes checked against the ledger first."""
 
-    def __init__(self, inner: BaseCheckpointSaver[Any], backend: Backend) -> None:
+    def __init__(self, inner: BaseCheckpointSaver[Any], backend: Backend, *,
+                 peek: Callable[[str], WorkState | None] | None = None) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.backend = backend
+        #: Reads a work without copying it (the check only reads), where the backend can.
+        self.peek = peek
 
     async def _check(self, config: RunnableConfig) -> None:
         owner = owner_of(config)
         if owner is not None:
             work, attempt, token = owner
-            may_write(await self.backend.load(work), work, attempt, token)
+            state = self.peek(work) if self.peek is not None else await self.backend.load(work)
+            may_write(state, work, attempt, token)
 
     def _sync_check(self, config: RunnableConfig) -> None:
         if owner_of(config) is not None:

@@ -218,7 +218,10 @@ class LangGraphMemoryBackend(LangGraphBackend):
     def __init__(self, url: str = "langgraph+memory://") -> None:
         super().__init__(url)
         self.ledger = MemoryBackend()
-        self._saver = FencedCheckpointer(InMemorySaver(), self.ledger)
+        # The fence only reads the work: no deep copy of the whole state on every LangGraph
+        # write (``load`` copies; on a long journal that made each step cost more than the last).
+        self._saver = FencedCheckpointer(InMemorySaver(), self.ledger,
+                                         peek=lambda work: self.ledger._works.get(work))
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:

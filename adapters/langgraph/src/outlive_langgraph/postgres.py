@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -55,46 +56,43 @@ _STRAY: ContextVar[TaskWrite | None] = ContextVar("outlive_langgraph_pg_stray", 
 _ALSO: ContextVar[tuple[str, list[Any], list[bool]] | None] = ContextVar(
     "outlive_langgraph_pg_also", default=None)
 _LOCK_HEAD = "SELECT seq FROM outlive_works WHERE work_id = %s FOR SHARE"
+#: How the core's one-statement ledger write ends (its answer: 1 if the compare-and-set took).
+_ANSWER = " SELECT count(*) FROM head"
+#: LangGraph's insert of a task's rows (``AsyncPostgresSaver``'s columns, ``DO NOTHING`` as
+#: its own insert of a regular channel), only for a ledger write that took.
+_INSERT_TASK_ROWS = (
+    "INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, "
+    "idx, channel, type, blob) SELECT v.thread_id, v.checkpoint_ns, v.checkpoint_id, v.task_id, "
+    "v.task_path, v.idx::int, v.channel, v.type, v.blob::bytea FROM head, (VALUES {values}) AS "
+    "v(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob) "
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING")
 _DELETE_TASK_WRITES = ("DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s "
                        "AND checkpoint_id = %s AND task_id = %s")
 
 
 class _Ledger(PostgresLedger):
-    """The core's PostgreSQL ledger; a write can carry LangGraph's task rows into its transaction.
+    """The core's PostgreSQL ledger; a write can carry LangGraph's task rows along.
 
-    The core sends a ledger write as one statement (the compare-and-set on the head and the
-    changed rows). With rows to carry, that statement and LangGraph's insert run in one
-    transaction (pipelined), and the insert only when the compare-and-set took.
+    The core sends a ledger write as one statement: data-modifying CTEs (``head``: the
+    compare-and-set on the work's head row; ``changed``: its records) answering
+    ``SELECT count(*) FROM head``. LangGraph's rows join as one more CTE that inserts only
+    ``FROM head`` — only if the compare-and-set took — so the write stays one statement: one
+    round trip, atomic, and no transaction left open for a paused process to hold.
     """
 
     async def _write(self, req: Write) -> bool:
         also = _ALSO.get()
-        if also is None:
+        if also is None or req.single is None or not req.single[0].endswith(_ANSWER):
             return await super()._write(req)
-        assert req.single is not None
-        sql, rows, wrote = also
-        deadline = time.monotonic() + self.options["timeout"] / 1000
-        while True:
-            try:
-                async with self._conn() as conn:
-                    async with conn.pipeline(), conn.transaction():
-                        cur = await conn.execute(*req.single)
-                        row = await cur.fetchone()
-                        took = row is not None and int(row[0]) == 1
-                        if took:
-                            async with conn.cursor() as ins:
-                                await ins.executemany(sql, rows)
-                if took:
-                    wrote.append(True)
-                return took
-            except _RETRY as exc:
-                if time.monotonic() > deadline:
-                    raise BackendUnavailable(
-                        f"{self.url}: the work stayed locked by another session for over "
-                        f"{self.options['timeout']} ms; nothing was written",
-                        url=self.url, landed=False) from exc
-                self.busy_retries += 1
-                await asyncio.sleep(0.001)
+        sql, params = req.single
+        rows, wrote = also[1], also[2]
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        merged = (sql[:-len(_ANSWER)] + ", langgraph AS (" + _INSERT_TASK_ROWS.format(values=values)
+                  + ")" + _ANSWER, (*params, *(v for row in rows for v in row)))
+        took = await super()._write(replace(req, single=merged))
+        if took:
+            wrote.append(True)
+        return took
 
 
 class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
@@ -117,7 +115,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         self.before_write: Callable[[tuple[str, int, int]], Awaitable[None]] | None = None
 
     def task_rows(self, slot: TaskWrite, value: Any) -> tuple[str, list[Any]]:
-        """LangGraph's row for a task that returned ``value`` (what ``aput_writes`` would write)."""
+        """LangGraph's rows for a task that returned ``value`` (what ``aput_writes`` would write:
+        its statement, and the rows in its column order)."""
         return self.INSERT_CHECKPOINT_WRITES_SQL, self._dump_writes(
             slot.thread_id, slot.checkpoint_ns, slot.checkpoint_id, slot.task_id, slot.task_path,
             [(_RETURN, value)])
@@ -173,6 +172,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
             return
         conn = self.conn
         assert isinstance(conn, psycopg.AsyncConnection)
+        # Not pipelined: a writer paused inside this transaction must be "idle in transaction"
+        # for the server to cut it off, and in a pipeline without Sync it is not.
         async with self.lock, conn.transaction(), \
                 conn.cursor(binary=True, row_factory=dict_row) as cur:
             if owner is not None:
