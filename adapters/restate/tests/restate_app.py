@@ -94,7 +94,8 @@ apart = restate.Service("reports_apart")
 
 @apart.handler(name="summarise")
 async def summarise_apart(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
-    async with outlive_restate.attempt(ctx, snapshot=arg["sections"]) as w:
+    async with outlive_restate.attempt(ctx, snapshot=arg["sections"],
+                                       renew_ms=arg.get("renew_ms")) as w:
         return await _work(w, arg)
 
 

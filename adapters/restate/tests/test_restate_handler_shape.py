@@ -290,30 +290,48 @@ async def test_lease_gives_up_after_max_attempts_instead_of_looping(
     assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.UNKNOWN)]
 
 
-@pytest.fixture(scope="module")
-def apart(server: RestateServer) -> Iterator[subprocess.Popen[bytes]]:
+class _Apart:
     """A second deployment serving only the user's ``reports_apart`` (registered once), so a
-    test can pause it while outlive's lease and ledger objects keep running on the first."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "outlive_restate.deployment", "--bind", f"127.0.0.1:{port}",
-         "--app", "restate_app:apart_app"],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-            str(HERE), os.environ.get("PYTHONPATH")]))})
+    test can kill or pause it while outlive's lease and ledger objects run on the first."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "outlive_restate.deployment", "--bind",
+             f"127.0.0.1:{self.port}", "--app", "restate_app:apart_app"],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                str(HERE), os.environ.get("PYTHONPATH")]))})
+        wait_until(lambda: port_open(self.port), what="the second deployment", timeout=60,
+                   proc=self.proc)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        stop_process(self.proc, sig=signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def apart(server: RestateServer) -> Iterator[_Apart]:
+    dep = _Apart()
     try:
-        wait_until(lambda: port_open(port), what="the second deployment", timeout=60, proc=proc)
+        dep.start()
         r = httpx.post(f"{server.admin}/deployments",
-                       json={"uri": f"http://127.0.0.1:{port}", "force": False}, timeout=30)
+                       json={"uri": f"http://127.0.0.1:{dep.port}", "force": False}, timeout=30)
         assert r.status_code in (200, 201), r.text
-        yield proc
+        yield dep
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)
-        stop_process(proc, sig=signal.SIGKILL)
+        dep.stop()
 
 
 async def test_a_step_longer_than_the_lease_renews_it_and_a_paused_handler_is_replaced(
-        backend: RestateBackend, apart: subprocess.Popen[bytes], tmp_path: Path) -> None:
+        backend: RestateBackend, apart: _Apart, tmp_path: Path) -> None:
     """#1's s2 runs for several leases in a live handler: its invocation renews the lease
     (Restate timers racing the step's entry), so no check takes it over. Then its process is
     paused (SIGSTOP): nothing renews, and the lease replaces it as before."""
@@ -322,32 +340,75 @@ async def test_a_step_longer_than_the_lease_renews_it_and_a_paused_handler_is_re
     hold = Path(f"{log}.hold-1-s2")
     hold.touch()
     lease_ms = 3000
+
+    async def beats() -> int:
+        st = await backend.load(work)
+        assert st is not None
+        assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
+        assert [d["attempt"] for d in (await backend.lease(work))["history"]] == [1]
+        return st.attempts[0].heartbeats
+
     try:
         await open_and_start(backend, work, log, service="reports_apart",
                              lease=timedelta(milliseconds=lease_ms))
         await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
-        start = await backend.load(work)
-        assert start is not None
-        beats0 = start.attempts[0].heartbeats
+        beats0 = await beats()
         await asyncio.sleep(2.5 * lease_ms / 1000)   # s2 is still running: 2.5 leases long
-        st = await backend.load(work)
-        assert st is not None
-        assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
-        assert st.attempts[0].heartbeats >= beats0 + 3          # renewed while s2 ran
-        assert [d["attempt"] for d in (await backend.lease(work))["history"]] == [1]
+        beats1 = await beats()
+        assert beats1 >= beats0 + 3                  # renewed while s2 ran
 
-        apart.send_signal(signal.SIGSTOP)                        # now #1 is really silent
+        apart.signal(signal.SIGSTOP)                 # now #1 is really silent
         try:
             async def replaced() -> bool:
                 return len((await backend.lease(work))["history"]) == 2
 
             await until("the lease to replace the paused #1", replaced, timeout=60)
         finally:
-            apart.send_signal(signal.SIGCONT)
+            apart.signal(signal.SIGCONT)
         st = await until("#2 to finish", lambda: finished(backend, work), timeout=90)
     finally:
         hold.unlink()
     assert [(a.number, a.state) for a in st.attempts] == [
         (1, AttemptState.UNKNOWN), (2, AttemptState.FINISHED)]
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2)]
-    assert "2:s1" not in calls(log)
+    assert "2:s1" not in calls(log) and calls(log).count("1:s1") == 1
+
+
+async def _count(log: Path, line: str, n: int) -> bool:
+    return calls(log).count(line) >= n
+
+
+async def test_a_replay_goes_through_the_journaled_renewals(
+        backend: RestateBackend, apart: _Apart, tmp_path: Path) -> None:
+    """The deployment is SIGKILLed inside s2 after several renewals were journaled (a long
+    lease, renewing every 300 ms): Restate's retry replays the timers and beats in the order
+    they completed (no journal mismatch), runs s2's body again and renews on; s1 comes from
+    Restate's journal and the attempt finishes, alone."""
+    work = f"renew/{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-1-s2")
+    hold.touch()
+    try:
+        await open_and_start(backend, work, log, service="reports_apart",
+                             lease=timedelta(minutes=10), extra={"renew_ms": 300})
+        await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
+
+        async def beats(n: int) -> bool:
+            st = await backend.load(work)
+            return st is not None and st.attempts[0].heartbeats >= n
+
+        await until("three renewals", lambda: beats(5))
+        apart.signal(signal.SIGKILL)
+        await asyncio.to_thread(apart.stop)
+        st = await backend.load(work)
+        assert st is not None
+        before = st.attempts[0].heartbeats
+        await asyncio.to_thread(apart.start)
+        await until("s2 to run again after the replay", lambda: _count(log, "1:s2", 2))
+        await until("renewals after the replay", lambda: beats(before + 2))
+    finally:
+        hold.unlink()
+    st = await until("#1 to finish", lambda: finished(backend, work), timeout=90)
+    assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.FINISHED)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert calls(log).count("1:s1") == 1
