@@ -18,3 +18,9 @@ bench-temporal: install
 	mkdir -p .bench
 	$(PY) -m outlive_temporal.bench --out .bench/temporal.json
 	$(PY) -m outlive_temporal.bench_engine --out .bench/temporal_engine.json
+
+# The conformance story inside a user's workflow, every story and protection setting the
+# in-engine shape can express (144 runs) beside memory://; ~1 min on its own dev server.
+.PHONY: sweep-temporal-engine
+sweep-temporal-engine: install
+	$(PY) -m pytest -q -s -p no:cacheprovider adapters/temporal/tests/sweep_engine_conformance.py
