@@ -76,8 +76,14 @@ class TaskWrites:
         #: LangGraph ``put_writes`` calls answered as already committed (benchmarks, tests).
         self.merged = 0
 
+    #: Entries kept for LangGraph calls that never come (an invocation cancelled after the task
+    #: returned, ``durability="exit"``); the oldest go first.
+    KEEP = 4096
+
     def wrote(self, slot: TaskWrite, value: Any) -> None:
         self.prewritten[slot.task_id] = (slot, value)
+        while len(self.prewritten) > self.KEEP:
+            del self.prewritten[next(iter(self.prewritten))]
 
     def claim(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
               task_path: str) -> tuple[bool, TaskWrite | None]:
