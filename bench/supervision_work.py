@@ -33,6 +33,13 @@ def started(**section: str) -> int:
     return int(time.time() * 1000)
 
 
+def mark(ctx: AttemptContext, event: str) -> None:
+    """A moment of a takeover, for the bench's breakdown (one JSON line, this process's clock)."""
+    with open(run_dir() / "takeover-times.log", "a") as fh:
+        fh.write(json.dumps({"work": ctx.attempt.work_id, "attempt": ctx.attempt.number,
+                             "event": event, "t": time.time() * 1000}) + "\n")
+
+
 async def hold(ctx: AttemptContext) -> None:
     """Takeover: #1 works (renewing its lease), then kills or pauses itself at a random moment of
     a beat period — from the event loop, so never inside a database transaction; the successor
@@ -43,8 +50,10 @@ async def hold(ctx: AttemptContext) -> None:
         # sqlite:// writes on a thread of its own: let a lease renewal in flight finish first,
         # or a pause would land inside it and keep the file's write lock.
         getattr(ctx.worker.backend, "quiesce", lambda: None)()
+        mark(ctx, "signal")
         os.kill(os.getpid(), getattr(signal, f"SIG{os.environ['BENCH_SIGNAL']}"))
     else:
+        mark(ctx, "entry")
         await ctx.worker.step("first", started, s1=ctx.inputs["s1"])
     await asyncio.Event().wait()
 

@@ -33,7 +33,11 @@ from outlive.hashing import content_hash, input_key
 
 HERE = Path(__file__).resolve().parent
 FULL = os.environ.get("OUTLIVE_CRASHPOINTS") == "full"
-LEASE = Lease(heartbeat_interval=500, missed_beats=4)   # generous: the machine may be loaded
+# Generous: the machine may be loaded. A process that has not started yet is not silent for five
+# minutes (an interpreter importing LangGraph on a busy 2-core machine has taken over two).
+LEASE = Lease(heartbeat_interval=500, missed_beats=4, start_grace=300_000)
+#: Seconds a run may take to reach a scene on such a machine (nothing waits this long when quiet).
+SLOW = 240
 
 #: The bounded subset in `make test`: a boundary of each kind, both signals, both input stories.
 SUBSET = [
@@ -86,7 +90,8 @@ async def _until(pred: Any, timeout: float, what: str) -> None:
 
 
 async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, *,
-                    warm: bool = False, stop_signal: signal.Signals | None = None) -> dict[str, Any]:
+                    warm: bool | int = False,
+                    stop_signal: signal.Signals | None = None) -> dict[str, Any]:
     """One run of the matrix; returns what the checks need."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "versions.json").write_text(json.dumps({"v1": q3.V1, "v2": q3.V2}))
@@ -109,7 +114,7 @@ async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, 
                 run.result()
             return (folder / "hit-1").exists()
 
-        await _until(hit, 60, f"attempt #1 to reach {point}")
+        await _until(hit, SLOW, f"attempt #1 to reach {point}")
         first = outlive.Assignment.of(backend, definition, (await sup.controller.state(work)).attempts[0])
         pid = dispatcher.pid(first)
         assert pid is not None
@@ -119,9 +124,9 @@ async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, 
             async def replaced() -> bool:
                 return (await sup.controller.state(work)).epoch > 1 or run.done()
 
-            await _until(replaced, 60, "a successor")
+            await _until(replaced, SLOW, "a successor")
             os.kill(pid, signal.SIGCONT)
-        done = await asyncio.wait_for(run, 120)
+        done = await asyncio.wait_for(run, SLOW)
         proc = dispatcher.procs[(work, 1)]
         await asyncio.wait_for(proc.wait(), 60)   # the woken one has had its say
         st = await sup.controller.state(work)
@@ -204,11 +209,14 @@ async def test_attempt_process_dies_or_pauses_on_postgresql(
 
 
 async def test_warm_spare_processes_take_over_the_same_way(tmp_path: Path) -> None:
-    """With a spare process waiting (interpreter up, module imported), each attempt is still its
-    own process, handed its number and token on stdin."""
-    out = await crash_run(_url("sqlite", tmp_path), tmp_path, "after-send", "KILL", True, warm=True)
+    """With spare processes waiting (interpreter up, module imported), each attempt is still its
+    own process, handed its number and token on stdin; the pool is kept at its size."""
+    out = await crash_run(_url("sqlite", tmp_path), tmp_path, "after-send", "KILL", True, warm=2)
     check_run(out, "KILL", True)
+    assert "spare for supervised_q3:attempt ready" in out["logs"][2]    # #2 was a spare
     assert "(token 2, pid" in out["logs"][2]
+    # two spares started with #1; #2 took the oldest and a replacement was started
+    assert len(list((tmp_path / "logs").glob("spare-*.log"))) == 2
 
 
 async def test_stop_sends_sigterm_and_the_worker_process_stops(tmp_path: Path) -> None:

@@ -84,6 +84,20 @@ async def test_silent_attempt_is_taken_over_and_the_successor_restores(backend: 
     await sup.dispatcher.close()
 
 
+async def test_silence_is_acted_on_when_the_lease_runs_out_not_at_the_next_poll(
+        backend: outlive.Backend) -> None:
+    """The supervisor sleeps until the next lease runs out, not a whole poll interval: with a
+    poll of ten minutes, a dead attempt is still taken over and the work ends within seconds."""
+    story = Story()
+    story.crash_after[1] = "s1"
+    sup = Supervisor(backend, definition(story), poll=600)
+    await sup.publish("v1", V1)
+    done = await asyncio.wait_for(sup.run(), 60)
+    assert [(a.number, a.state) for a in done.attempts] == [
+        (1, outlive.AttemptState.UNKNOWN), (2, outlive.AttemptState.FINISHED)]
+    await sup.dispatcher.close()
+
+
 async def test_input_changed_during_the_attempt_refuses_its_candidate(backend: outlive.Backend) \
         -> None:
     story = Story()

@@ -64,14 +64,16 @@ class SubprocessDispatcher(Dispatcher):
     process's output. ``env`` is added to this process's environment.
 
     ``warm=True`` keeps one spare process per attempt function already started (interpreter up,
-    module imported, backend open) and waiting on its stdin; a dispatch hands it the attempt and
-    starts the next spare. Each process still runs exactly one attempt; takeover no longer pays
-    for an interpreter's start-up.
+    module imported, backend open) and waiting on its stdin; a dispatch hands the oldest spare
+    the attempt and starts a replacement. ``warm=N`` keeps N spares: one per attempt that may be
+    dispatched at about the same time (works supervised at once, takeovers in quick succession),
+    since a spare started just before it is needed is still starting. Each process still runs
+    exactly one attempt; takeover no longer pays for an interpreter's start-up.
     """
 
     def __init__(self, *, python: str = sys.executable, cwd: str | os.PathLike[str] | None = None,
                  env: dict[str, str] | None = None, log_dir: str | os.PathLike[str] | None = None,
-                 stop_signal: signal.Signals | None = signal.SIGTERM, warm: bool = False) -> None:
+                 stop_signal: signal.Signals | None = signal.SIGTERM, warm: bool | int = False) -> None:
         self.python = python
         self.cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
         self.env = {**os.environ, **(env or {})}
@@ -80,8 +82,9 @@ class SubprocessDispatcher(Dispatcher):
         self.procs: dict[tuple[str, int], asyncio.subprocess.Process] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
-        self.warm = warm
-        self._spares: dict[tuple[str, str], tuple[asyncio.subprocess.Process, Path | None]] = {}
+        #: Spare processes kept per attempt function (0: none).
+        self.spares = int(warm)
+        self._spares: dict[tuple[str, str], list[tuple[asyncio.subprocess.Process, Path | None]]] = {}
         self._spare_no = 0
 
     def log_path(self, assignment: Assignment) -> Path | None:
@@ -111,7 +114,7 @@ class SubprocessDispatcher(Dispatcher):
         if key in self.procs:
             return
         path = self.log_path(assignment)
-        proc = await self._adopt_spare(assignment, path) if self.warm else None
+        proc = await self._adopt_spare(assignment, path) if self.spares else None
         if proc is None:
             # The token's secret goes by the environment, never the command line (``ps``).
             proc = await self._spawn(worker_argv(assignment), path, secret=assignment.secret)
@@ -119,8 +122,8 @@ class SubprocessDispatcher(Dispatcher):
         watcher = asyncio.create_task(self._watch(key, proc))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
-        if self.warm:
-            await self._start_spare(assignment)
+        if self.spares:
+            await self._start_spares(assignment)
 
     async def _spawn(self, argv: list[str], path: Path | None,
                      stdin: int = asyncio.subprocess.DEVNULL,
@@ -139,24 +142,26 @@ class SubprocessDispatcher(Dispatcher):
             if out is not None:
                 out.close()
 
-    async def _start_spare(self, assignment: Assignment) -> None:
-        spot = (assignment.function, assignment.backend_url)
-        if spot in self._spares and self._spares[spot][0].returncode is None:
-            return
-        self._spare_no += 1
-        path = (self.log_dir / f"spare-{os.getpid()}-{self._spare_no}.log"
-                if self.log_dir is not None else None)
-        argv = [assignment.function, "--backend", assignment.backend_url, "--standby"]
-        proc = await self._spawn(argv, path, stdin=asyncio.subprocess.PIPE)
-        self._spares[spot] = (proc, path)
+    async def _start_spares(self, assignment: Assignment) -> None:
+        """Top up the spares for this attempt function to ``spares`` live processes."""
+        pool = self._spares.setdefault((assignment.function, assignment.backend_url), [])
+        pool[:] = [(p, path) for p, path in pool if p.returncode is None]
+        while len(pool) < self.spares:
+            self._spare_no += 1
+            path = (self.log_dir / f"spare-{os.getpid()}-{self._spare_no}.log"
+                    if self.log_dir is not None else None)
+            argv = [assignment.function, "--backend", assignment.backend_url, "--standby"]
+            pool.append((await self._spawn(argv, path, stdin=asyncio.subprocess.PIPE), path))
 
     async def _adopt_spare(self, assignment: Assignment,
                            path: Path | None) -> asyncio.subprocess.Process | None:
-        spare = self._spares.pop((assignment.function, assignment.backend_url), None)
-        if spare is None:
-            return None
-        proc, spare_log = spare
-        if proc.returncode is not None or proc.stdin is None:
+        """Hand the attempt to the oldest live spare (the likeliest to be ready), if any."""
+        pool = self._spares.get((assignment.function, assignment.backend_url), [])
+        while pool:
+            proc, spare_log = pool.pop(0)
+            if proc.returncode is None and proc.stdin is not None:
+                break
+        else:
             return None
         if spare_log is not None and path is not None:
             spare_log.rename(path)     # the process keeps writing to the same file, renamed
@@ -196,7 +201,7 @@ class SubprocessDispatcher(Dispatcher):
 
     async def close(self) -> None:
         """Stop every process still running (SIGTERM, then SIGKILL after 5 s)."""
-        spares = [p for p, _path in self._spares.values()]
+        spares = [p for pool in self._spares.values() for p, _path in pool]
         self._spares.clear()
         alive = [p for p in [*self.procs.values(), *spares] if p.returncode is None]
         for p in alive:
@@ -240,6 +245,7 @@ async def run_worker(args: argparse.Namespace) -> int:
     backend = await open_backend(args.backend)
     if args.standby:
         resolve(args.function)      # import the user's module now, not at takeover time
+        log.info("spare for %s ready (pid %s)", args.function, os.getpid())
         line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         if not line.strip():
             await backend.close()

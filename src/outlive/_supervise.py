@@ -76,8 +76,9 @@ def add_supervise_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--publish", metavar="VERSION",
                    help="publish this input version (loaded with the definition's inputs) first")
     p.add_argument("--log-dir", help="one log file per attempt process here")
-    p.add_argument("--warm", action="store_true",
-                   help="keep a spare worker process started, so a takeover skips its start-up")
+    p.add_argument("--warm", nargs="?", type=int, const=1, default=0, metavar="N",
+                   help="keep N (default 1) spare worker processes started, so a takeover skips "
+                        "its start-up")
     p.add_argument("--quiet", action="store_true", help="print only the end")
 
 

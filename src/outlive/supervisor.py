@@ -308,7 +308,8 @@ class AttemptContext:
 
     async def judged(self, cand: Candidate, *, poll: float | None = None) -> Acceptance:
         """Wait until ``cand`` is accepted (see :meth:`submit`)."""
-        interval = poll if poll is not None else self.definition.lease.heartbeat_interval / 4000
+        # a read per poll; a tenth of a beat keeps the judgement's round trip short
+        interval = poll if poll is not None else self.definition.lease.heartbeat_interval / 10_000
         backend = self.worker.backend
         while True:
             st = await backend.load(self.worker.work_id)
@@ -610,15 +611,41 @@ class Supervisor:
         return Status(state=await self._state(), complete=False, actions=tuple(actions))
 
     async def tick(self) -> Status:
-        """One pass: judge candidates, suspect silence, admit and dispatch a successor if due."""
+        """One pass: judge candidates, suspect silence, admit and dispatch a successor if due.
+
+        The ledger is read once for a pass that changes nothing, and again only after a pass's
+        own write (an acceptance, a mark): every decision still reads what the ledger holds.
+        """
         actions: list[str] = []
         st = await self._state()
         if st.candidates:
-            actions += await self.judge(st)
-        for att in await self.suspect():
+            judged = await self.judge(st)
+            if judged:
+                actions += judged
+                st = await self._state()
+        marked = await self.suspect(st)
+        for att in marked:
             actions.append(f"marked #{att.number} unknown (silent)")
-        status = await self.succeed()
+        status = await self.succeed(await self._state() if marked else st)
         return replace(status, actions=(*actions, *status.actions))
+
+    def next_pass(self, status: Status) -> float:
+        """Seconds until the next pass: the poll interval, or sooner when a lease runs out or a
+        backoff ends before it — silence is acted on when it becomes silence, not up to a poll
+        interval later."""
+        wait = self.poll
+        if status.backoff_left > 0:
+            wait = min(wait, status.backoff_left / 1000)
+        if not self.dispatcher.drives_takeover:
+            lease = self.definition.lease
+            now = self.clock()
+            for att in status.state.attempts:
+                if not L.is_leased(att):
+                    continue
+                limit = (max(lease.timeout, lease.start_grace)
+                         if att.state is AttemptState.ADMITTED else lease.timeout)
+                wait = min(wait, (att.last_heartbeat + limit + 1 - now) / 1000)
+        return max(wait, min(self.poll, 0.005))
 
     async def run(self, *, on_status: Callable[[Status], Any] | None = None) -> Completed:
         """Supervise until done; returns :class:`Completed` or raises ``GaveUp``."""
@@ -634,5 +661,5 @@ class Supervisor:
                 assert acc is not None
                 return Completed(work_id=self.work_id, acceptance=acc,
                                  attempts=status.state.attempts)
-            await self.dispatcher.wait(self.poll)
+            await self.dispatcher.wait(self.next_pass(status))
 
