@@ -235,3 +235,19 @@ async def test_bad_urls_and_an_unreachable_server_are_typed_errors() -> None:
         await outlive.open_backend("postgresql://")
     with pytest.raises(outlive.ConfigError):
         await outlive.open_backend("postgresql://u@127.0.0.1:9/db?lock_timeot=5")
+
+
+async def test_a_connection_left_mid_command_is_not_handed_out_again(
+        pg_server: PostgresServer) -> None:
+    """A caller cancelled while awaiting the server can return its connection with the command
+    still in progress; the pool must not give it to the next caller, whose command would fail
+    with "another command is already in progress" (seen under load in the postgres sweep)."""
+    b: Any = await _busy_work(_db(pg_server, "left") + "?pool=1")
+    try:
+        async with b.ledger._conn() as conn:
+            conn.pgconn.send_query(b"SELECT pg_sleep(0.2)")  # sent; its result never read
+        st = await b.load("busy")
+        assert st is not None and st.attempts[0].number == 1
+        await b.execute("busy", L.Heartbeat(attempt=1, token=1, at=5))
+    finally:
+        await b.close()

@@ -169,7 +169,7 @@ async def test_concurrent_processes_lose_no_command(tmp_path: Path) -> None:
 
 # -- short write transactions: a paused process and the others -------------------------------
 PAUSING = textwrap.dedent("""
-    import asyncio, os, signal, sys
+    import asyncio, os, signal, sys, threading
     import outlive
     from outlive import ledger as L, sqlstore
     url, beats, pause_at, where = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -179,7 +179,11 @@ PAUSING = textwrap.dedent("""
         writes[0] += 1
         if writes[0] == pause_at:
             print("paused", flush=True)
-            os.kill(os.getpid(), signal.SIGSTOP)   # the whole process stops here, for real
+            # The whole process stops, for real, and this thread (the one holding the SQLite
+            # connection) before its next instruction: sent to the thread itself. A SIGSTOP sent
+            # to the process (os.kill) is taken by the main thread, which stops the others only
+            # when it is next scheduled - meanwhile this thread ran on past the chosen point.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
     if where == "encode":      # after the read and the apply, while encoding: no lock held
         original = sqlstore.SqlLedgerStore.write_request
@@ -203,6 +207,27 @@ PAUSING = textwrap.dedent("""
 """)
 
 
+def _wait_until_stopped(pid: int) -> None:
+    """Return once every thread of ``pid`` is stopped (Linux: its /proc state is T)."""
+    import time
+
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return  # no /proc: the thread that paused itself is stopped already (pthread_kill)
+    deadline = time.monotonic() + 60
+    while True:
+        states = []
+        for task in tasks.iterdir():
+            try:
+                states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+        if states and all(s in ("T", "t") for s in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} did not stop: {states}"
+        time.sleep(0.005)
+
+
 async def _busy_work(url: str) -> outlive.Backend:
     b = await outlive.open_backend(url)
     ctl = Controller(b, clock=lambda: 0)
@@ -222,14 +247,8 @@ async def _other_works_commit(b: outlive.Backend, n: int) -> None:
                                                    secret=att.secret))
 
 
-# Flaky on this 2-core machine (in 11 back-to-back local runs, 2 failed; one CI run failed too):
-# the paused child's SQLite thread can still hold the write lock when SIGSTOP lands, and its
-# paused beat can race the controller's MarkUnknown. Not counted as passed when it fails (xfail
-# is reported as such); to be made deterministic - issue 10 stays open for it.
-_FLAKY_PAUSE = pytest.mark.xfail(strict=False, reason="timing-dependent pause test (see comment)")
 
 
-@_FLAKY_PAUSE
 async def test_a_worker_paused_mid_command_does_not_stop_the_others(tmp_path: Path) -> None:
     """SIGSTOP a real worker process between its read and its write: every other work commits,
     and the controller can mark the paused worker's own attempt unknown (no lock is held)."""
@@ -241,6 +260,7 @@ async def test_a_worker_paused_mid_command_does_not_stop_the_others(tmp_path: Pa
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "paused"
+        _wait_until_stopped(proc.pid)
         await _other_works_commit(b, 5)
         await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
         os.kill(proc.pid, signal.SIGCONT)
@@ -260,7 +280,6 @@ async def test_a_worker_paused_mid_command_does_not_stop_the_others(tmp_path: Pa
     assert st.attempts[0].heartbeats == 8
 
 
-@_FLAKY_PAUSE
 async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
         tmp_path: Path) -> None:
     """The limit of a file lock, shown: paused between its write and COMMIT, a process keeps
@@ -275,6 +294,7 @@ async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "paused"
+        _wait_until_stopped(proc.pid)
         before = await b.load("busy")
         b.lock_timeout = 1.0
         ticks = 0

@@ -31,7 +31,7 @@ from .backend import Backend, url_options
 from .errors import BackendUnavailable, ConfigError
 from .ledger import Command, Outcome
 from .records import WorkState
-from .sqlstore import POSTGRES, Landed, Read, SqlLedgerStore, Write, WriteFailed, command_flow, load_flow
+from .sqlstore import POSTGRES, Read, Request, SqlLedgerStore, Steps, Write, command_flow, load_flow
 
 __all__ = ["PostgresBackend", "PostgresLedger", "postgres_options"]
 
@@ -39,6 +39,7 @@ _OPTIONS = {"lock_timeout": 2000, "idle_in_transaction_session_timeout": 10000, 
             "timeout": 30000}
 #: Errors after which the transaction was rolled back by the server and may simply be retried.
 _RETRY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def postgres_options(url: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, int]]:
@@ -111,19 +112,31 @@ class PostgresLedger:
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A connection of the pool; a broken one is replaced on the next checkout."""
-        if self._idle is None:
+        """A connection of the pool, idle and outside any transaction.
+
+        One that is broken, or that a cancelled caller left with a command still in progress
+        (a task cancelled while awaiting the server), is closed and replaced: handed out again,
+        it would fail the next caller's command ("another command is already in progress").
+        """
+        idle = self._idle
+        if idle is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
-        conn = await self._idle.get()
+        conn = await idle.get()
         try:
-            if conn is None or conn.closed or conn.broken:
-                if conn is not None and conn in self._all:
+            if conn is not None and (conn.closed or conn.broken
+                                     or conn.info.transaction_status != _IDLE):
+                if conn in self._all:
                     self._all.remove(conn)
-                conn = None
+                stale, conn = conn, None
+                try:
+                    await stale.close()
+                except psycopg.Error:
+                    pass
+            if conn is None:
                 conn = await self._connect()
             yield conn
         finally:
-            self._idle.put_nowait(conn)
+            idle.put_nowait(conn)  # to the queue it came from, even if close() dropped it
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         async with self._conn() as conn:
@@ -152,32 +165,20 @@ class PostgresLedger:
                 self.busy_retries += 1
                 await asyncio.sleep(0.001)
 
-    async def drive(self, flow: Generator[Read | Write | Landed, Any, Any]) -> Any:
-        answer: Any = None
-        throw: BaseException | None = None
-        while True:
+    async def drive(self, flow: Generator[Request, Any, Any]) -> Any:
+        steps = Steps(flow, lambda exc: BackendUnavailable(
+            f"{self.url}: {exc}; nothing was written", url=self.url, landed=False))
+        for req in steps:
             try:
-                req = flow.send(answer) if throw is None else flow.throw(throw)
-            except StopIteration as stop:
-                return stop.value
-            answer, throw = None, None
-            try:
-                if isinstance(req, Write):
-                    try:
-                        answer = await self._write(req)
-                    except (psycopg.Error, BackendUnavailable) as exc:
-                        throw = WriteFailed(exc)
-                elif isinstance(req, Landed):
-                    try:
-                        answer = await self._query(req.sql, req.params)
-                    except (psycopg.Error, BackendUnavailable) as exc:
-                        throw = WriteFailed(exc)
-                else:
-                    answer = await self._query(req.sql, req.params)
+                steps.answer = (await self._write(req) if isinstance(req, Write)
+                                else await self._query(req.sql, req.params))
+            except BackendUnavailable as exc:
+                if isinstance(req, Read):
+                    raise
+                steps.failed(exc)
             except psycopg.Error as exc:
-                flow.close()
-                raise BackendUnavailable(f"{self.url}: {exc}; nothing was written", url=self.url,
-                                         landed=False) from exc
+                steps.failed(exc)
+        return steps.result
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         return await self.drive(command_flow(self.store, work_id, command))  # type: ignore[no-any-return]

@@ -49,8 +49,10 @@ __all__ = [
     "Dialect",
     "Landed",
     "Read",
+    "Request",
     "SqlLedgerStore",
     "SqliteLedgerStore",
+    "Steps",
     "Write",
     "WriteFailed",
     "command_flow",
@@ -178,6 +180,45 @@ class WriteFailed(Exception):
 
 
 Request = Read | Write | Landed
+
+
+class Steps:
+    """What every driver does between its own I/O calls, kept in one place.
+
+    Iterate to get each request of ``flow``; answer it by setting :attr:`answer`, or report
+    that it failed with :meth:`failed`. When the flow ends, its value is :attr:`result`.
+    """
+
+    def __init__(self, flow: Generator[Request, Any, Any],
+                 read_error: Callable[[Exception], Exception]) -> None:
+        self.flow = flow
+        self.read_error = read_error
+        self.answer: Any = None
+        self.result: Any = None
+        self._throw: BaseException | None = None
+        self._request: Request | None = None
+
+    def __iter__(self) -> Steps:
+        return self
+
+    def __next__(self) -> Request:
+        answer, throw, self.answer, self._throw = self.answer, self._throw, None, None
+        try:
+            self._request = self.flow.send(answer) if throw is None else self.flow.throw(throw)
+        except StopIteration as stop:
+            self.result = stop.value
+            raise StopIteration from None
+        return self._request
+
+    def failed(self, exc: Exception) -> None:
+        """The current request failed. A write, or the read-back after one, may have landed: the
+        flow is told (:class:`WriteFailed`) and reads back. A read wrote nothing: the flow ends
+        with ``read_error(exc)``."""
+        if isinstance(self._request, (Write, Landed)):
+            self._throw = WriteFailed(exc)
+            return
+        self.flow.close()
+        raise self.read_error(exc) from exc
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -484,7 +525,7 @@ def _busy(exc: sqlite3.Error) -> bool:
     return name in _BUSY or (not name and ("locked" in str(exc) or "busy" in str(exc)))
 
 
-def sqlite_error(exc: sqlite3.Error, where: str) -> Exception:
+def sqlite_error(exc: Exception, where: str) -> Exception:
     """A sqlite3 error outside a write, in outlive's tree: damaged file or unusable storage."""
     name = getattr(exc, "sqlite_errorname", "")
     if name in _CORRUPT or (not name and isinstance(exc, sqlite3.DatabaseError)
@@ -558,32 +599,18 @@ class SqliteLedgerStore:
 
     def drive(self, conn: sqlite3.Connection, flow: Generator[Request, Any, Any]) -> Any:
         """Run ``flow`` to its end on ``conn`` (autocommit mode: ``isolation_level=None``)."""
-        answer: Any = None
-        throw: BaseException | None = None
-        while True:
+        steps = Steps(flow, lambda exc: sqlite_error(exc, self.path))
+        for req in steps:
             try:
-                req = flow.send(answer) if throw is None else flow.throw(throw)
-            except StopIteration as stop:
-                return stop.value
-            answer, throw = None, None
-            try:
-                if isinstance(req, Write):
-                    try:
-                        answer = self._write(conn, req)
-                    except BackendUnavailable:
-                        raise  # the lock was never taken: nothing was written
-                    except sqlite3.Error as exc:
-                        throw = WriteFailed(exc)
-                elif isinstance(req, Landed):
-                    try:
-                        answer = self._query(conn, req.sql, req.params)
-                    except (sqlite3.Error, BackendUnavailable) as exc:
-                        throw = WriteFailed(exc)
-                else:
-                    answer = self._query(conn, req.sql, req.params)
+                steps.answer = (self._write(conn, req) if isinstance(req, Write)
+                                else self._query(conn, req.sql, req.params))
+            except BackendUnavailable as exc:
+                if not isinstance(req, Landed):
+                    raise  # the lock was never taken: nothing was written
+                steps.failed(exc)
             except sqlite3.Error as exc:
-                flow.close()
-                raise sqlite_error(exc, self.path) from exc
+                steps.failed(exc)
+        return steps.result
 
     # -- entry points ----------------------------------------------------------------------------
     def run(self, conn: sqlite3.Connection, work_id: str, command: Command) -> Outcome:
