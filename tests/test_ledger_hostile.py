@@ -76,17 +76,17 @@ async def test_a_part_claiming_the_new_version_for_an_old_result_is_refused(
     assert await backend.load("w") == before
 
 
-@pytest.mark.xfail(strict=True, reason="not done: the third kind of input (neither a part nor "
-                   "declared External) is still accepted; the LangGraph node/task shapes and the "
-                   "Temporal in-engine step pass labels and graph state as inputs undeclared")
 async def test_an_input_that_names_no_part_of_the_version_is_refused(
         backend: outlive.Backend) -> None:
     ctl, _w1, clk = await opened(backend)
     await ctl.publish("w", "v2", V2)
     w2 = await successor(ctl, "w", V2, clk)
     before = await backend.load("w")
-    with pytest.raises(E.UndeclaredInput):
+    with pytest.raises(E.UndeclaredInput) as refused:
         await w2.step("s2", summ, text=V1["s2"])               # v1's text under another name
+    # the message names the input, where its content comes from, and both ways to fix it
+    assert "'text'" in str(refused.value) and "part 's2' of version v1" in str(refused.value)
+    assert "External(value)" in str(refused.value) and "'s1', 's2'" in str(refused.value)
     assert await backend.load("w") == before
     # the same content under another name is a part of v2 by content; a declared extra is fine
     await w2.step("s2", lambda text, style: {"s": text[:5] + style}, text=V2["s2"],

@@ -111,7 +111,9 @@ class PayloadTooLarge(InvalidRecord):
 
 
 class UndeclaredInput(InvalidRecord):
-    """A step result's input key is not the key of its declared inputs."""
+    """A step's inputs are not what it declared: its input key is not the hash of its declared
+    inputs, or (under version pins) an input is neither a part of the pinned version, by name
+    or by content, nor declared external. The message says how to declare it."""
 
 
 class CorruptRecord(InvalidRecord):

@@ -491,21 +491,42 @@ def _touch(state: WorkState, att: Attempt, at: int, stale: bool) -> tuple[Attemp
     return _replace_attempt(state, _alive(att, at))
 
 
-def _check_against(v: InputVersion, step: str, sources: dict[str, str],
+def _check_against(state: WorkState, v: InputVersion, step: str, sources: dict[str, str],
                    external: tuple[str, ...], what: str) -> None:
-    """An input named like a part of ``v`` must carry that part's hash.
+    """Every input of a step is a part of ``v`` or declared external; there is no third kind.
 
-    Inputs under other names are not checked yet: the LangGraph and Temporal shapes still pass
-    labels and graph state as step inputs without declaring them external (``External``), so
-    refusing the third kind of input would break them. ``external`` is recorded for when it is.
+    A part is named by its name (then it must carry that part's hash: ``VersionMismatch``) or
+    by its content (any name whose hash is one of ``v``'s parts: ``text=report["s2"]``). An
+    input declared external (a setting, a label) is not checked. Anything else would let a step
+    read data the version check never sees (``text=`` the old report's section), so it is
+    refused as :class:`~outlive.errors.UndeclaredInput`, with how to fix it.
     """
-    del external
+    hashes = set(v.parts.values())
     for name, h in sources.items():
-        if name in v.parts and v.parts[name] != h:
-            raise E.VersionMismatch(
-                f"{what} read part {name!r} at {h[:8]}, but version {v.version} has "
-                f"{v.parts[name][:8]}", step=step, part=name, version=v.version,
-            )
+        if name in external:
+            continue
+        if name in v.parts:
+            if v.parts[name] != h:
+                raise E.VersionMismatch(
+                    f"{what} read part {name!r} at {h[:8]}, but version {v.version} has "
+                    f"{v.parts[name][:8]}", step=step, part=name, version=v.version,
+                )
+            continue
+        if h in hashes:
+            continue
+        elsewhere = next((f"; it is part {part!r} of version {other.version}"
+                          for other in state.inputs if other.version != v.version
+                          for part, ph in other.parts.items() if ph == h), "")
+        names = sorted(v.parts)
+        shown = ", ".join(repr(n) for n in names[:6]) + (", ..." if len(names) > 6 else "")
+        raise E.UndeclaredInput(
+            f"{what} reads input {name!r}, which is neither a part of version {v.version} (no "
+            f"part has that name or that content{elsewhere}) nor declared external. Pass the "
+            f"part itself (one of {shown}), or, if {name!r} is not input data (a setting, a "
+            f"label, another step's result), declare it external: {name}=outlive.External(value) "
+            f"with Worker.step, external=[{name!r}] with the engine adapters' steps and tasks",
+            step=step, input=name, version=v.version,
+        )
 
 
 def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
@@ -531,7 +552,7 @@ def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
                 raise E.InvalidRecord(
                     f"step {w.step!r} declares {name!r} external, but it is a part of version "
                     f"{v.version}", field="external", step=w.step)
-        _check_against(v, w.step, w.sources, w.external, f"step {w.step!r}")
+        _check_against(state, v, w.step, w.sources, w.external, f"step {w.step!r}")
 
 
 def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
@@ -762,7 +783,7 @@ def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: t
         if v is None:
             raise E.VersionMismatch(f"the candidate names no published version ({version!r})",
                                     version=version)
-        _check_against(v, e.step, e.sources, e.external, f"part {p.step!r}")
+        _check_against(state, v, e.step, e.sources, e.external, f"part {p.step!r}")
         out.append(Part(step=e.step, input_key=e.input_key, sources=dict(e.sources),
                         result_id=e.result_id, external=e.external))
     return tuple(out)
@@ -822,7 +843,7 @@ def check_acceptable(state: WorkState, digest: str) -> Candidate:
             raise E.VersionMismatch(f"candidate {cand.digest[:8]} names no published version",
                                     digest=cand.digest)
         for p in cand.parts:
-            _check_against(v, p.step, p.sources, p.external,
+            _check_against(state, v, p.step, p.sources, p.external,
                            f"part {p.step!r} of {cand.digest[:8]}")
     return cand
 

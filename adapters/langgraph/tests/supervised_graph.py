@@ -47,7 +47,7 @@ def _log(attempt: int, section: str) -> None:
 
 def build(backend: LangGraphBackend, attempt: int) -> Any:
     def node(section: str) -> Any:
-        @outlive_node(name=section, inputs=("report",))
+        @outlive_node(name=section, inputs=lambda state: {section: state["report"][section]})
         async def summarise(state: Digest) -> Digest:
             _log(attempt, section)
             crash = run_dir() / f"crash-{attempt}"

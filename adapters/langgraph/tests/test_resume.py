@@ -65,7 +65,7 @@ class Model:
 
 
 def functional(b: LangGraphBackend, model: Model) -> Any:
-    @outlive_task(step=lambda section, **_: section)
+    @outlive_task(step=lambda section, **_: section, external=("section",))
     async def summarise(section: str, text: str) -> str:
         return model.summarise(section, text)
 
@@ -84,7 +84,7 @@ class Digest(TypedDict, total=False):
 def state_graph(b: LangGraphBackend, model: Model) -> Any:
     """The user's own StateGraph; its one node calls an outlive step per section."""
 
-    @outlive_task(step=lambda section, **_: section)
+    @outlive_task(step=lambda section, **_: section, external=("section",))
     async def summarise(section: str, text: str) -> str:
         return model.summarise(section, text)
 
@@ -164,17 +164,17 @@ class Report(TypedDict, total=False):
 def node_graph(b: LangGraphBackend, calls: list[str]) -> Any:
     """A StateGraph whose nodes are outlive steps: summarise -> review (a person) -> post."""
 
-    @outlive_node(inputs=("text",))
+    @outlive_node(inputs=("text",), external=("text",))
     async def summarise(state: Report) -> Report:
         calls.append("summarise")
         return {"summary": state["text"].upper()}
 
-    @outlive_node(inputs=("summary",))
+    @outlive_node(inputs=("summary",), external=("summary",))
     async def review(state: Report) -> Report:
         calls.append("review")
         return {"approved": str(interrupt({"summary": state["summary"]}))}
 
-    @outlive_node(inputs=("summary", "approved"))
+    @outlive_node(inputs=("summary", "approved"), external=("summary", "approved"))
     async def post(state: Report) -> Report:
         calls.append("post")
         return {"posted": f"{state['summary']} ({state['approved']})"}

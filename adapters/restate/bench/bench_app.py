@@ -27,6 +27,7 @@ import restate
 from restate.serde import BytesSerde
 
 import outlive_restate
+from outlive import External
 
 bench = restate.Service("bench")
 bench_desk = outlive_restate.keep_ledger(restate.VirtualObject("bench_desk"))
@@ -92,7 +93,7 @@ async def floor(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
 async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
     async with outlive_restate.attempt(ctx, write=arg.get("write", "send")) as w:
         async def step(i: int) -> None:
-            await w.step(f"s{i}", _body, i=i)
+            await w.step(f"s{i}", _body, i=External(i))
 
         # sent writes are applied by the ledger after the handler moved on: a call to the same
         # ledger key queues behind them, so the chunk pays for them (else the raw chunk would)
@@ -104,7 +105,7 @@ async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]
 async def owned(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[str, float]:
     async with outlive_restate.attempt(ctx) as w:
         async def step(i: int) -> None:
-            await w.step(f"s{i}", _body, i=i)
+            await w.step(f"s{i}", _body, i=External(i))
 
         return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step)
 

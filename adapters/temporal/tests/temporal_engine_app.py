@@ -140,7 +140,7 @@ class BigWork(Work):
         total = 0
         for i in range(spec["n"]):
             r = await a.step(f"s{i}", blob, i, spec["size"], reads={"i": i, "size": spec["size"]},
-                             start_to_close_timeout=timedelta(seconds=30))
+                             external=["i"], start_to_close_timeout=timedelta(seconds=30))
             assert r.startswith(f"{i:06d}")
             total += len(r)
         return {"bytes": total, "attempt": a.number,

@@ -9,7 +9,8 @@ work in plain mutable dictionaries and states each rule once, in the words the a
   a token never issued to that attempt of this work is refused as unknown, a token older than
   the epoch as stale, and an attempt that was stopped or finished has no write authority left;
 * a journal entry is stored under the hash of its declared inputs; an input named like a part
-  of the attempt's pinned version carries that part's hash;
+  of the attempt's pinned version carries that part's hash, any other input carries the content
+  of one of its parts or is declared external (no third kind);
 * a candidate's parts are the journal's results, with the inputs the journal recorded; every
   part must fit the candidate's version; a candidate is accepted only if it comes from the
   current owner, was built for the current version, and the assessor said yes; a digest already
@@ -175,12 +176,18 @@ class Model:
             a.state = "stopped"
 
     def _fits(self, version: str, sources: dict[str, str], external: tuple[str, ...]) -> None:
-        # The article: "inputs named like a part of the pinned version are checked against it".
-        # (Inputs of a third kind - neither a part nor declared external - are not refused yet.)
+        # The article: the input key covers the declared inputs, and under version pins each one
+        # is a part of the pinned version (named like it: then with its hash; or with its
+        # content under another name) or declared external. A silent third kind is refused.
         parts = self.versions[version]
         for name, h in sources.items():
-            if name in parts and parts[name] != h:
-                raise Refused("VersionMismatch")
+            if name in external:
+                continue
+            if name in parts:
+                if parts[name] != h:
+                    raise Refused("VersionMismatch")
+            elif h not in parts.values():
+                raise Refused("UndeclaredInput")
 
     def record(self, attempt: int, token: int, secret: str | None, step: str,
                sources: dict[str, str], external: tuple[str, ...], rid: str) -> None:

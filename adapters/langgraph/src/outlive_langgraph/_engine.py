@@ -258,27 +258,36 @@ def outlive_task(fn: Any = None, /, *, name: str | None = None,
 
 
 def outlive_node(fn: Any = None, /, *, name: str | None = None,
-                 inputs: tuple[str, ...] | None = None) -> Any:
+                 inputs: tuple[str, ...] | Callable[[Any], Mapping[str, Any]] | None = None,
+                 external: Iterable[str] = ()) -> Any:
     """Decorator for a ``StateGraph`` node: the node is one step, restored by its input state.
 
     The step is named after the node (LangGraph's node name, else the function's); its declared
-    inputs are the state's keys (``inputs=`` narrows them to the keys the node reads), so a node
-    whose keys did not change is restored from the journal instead of rerun. The node's update
-    is the step's result: it must be JSON-like (what the journal can hash and store).
+    inputs are the state's keys (``inputs=`` narrows them to the keys the node reads, or is a
+    function of the state that returns the inputs by name), so a node whose inputs did not
+    change is restored from the journal instead of rerun. Each input is a part of the attempt's
+    input version (by name and hash, or by content: ``inputs=lambda s: {"s2": s["report"]["s2"]}``)
+    or named in ``external`` (another node's output, a setting): the ledger refuses any other.
+    The node's update is the step's result: it must be JSON-like (what the journal can hash and
+    store).
     """
     if fn is None:
-        return lambda f: outlive_node(f, name=name, inputs=inputs)
+        return lambda f: outlive_node(f, name=name, inputs=inputs, external=external)
     wants_config = "config" in inspect.signature(fn).parameters
+    outside = frozenset(external)
 
     async def node(state: Any, config: RunnableConfig) -> Any:
         worker = current_worker()
         step = name or str((config.get("metadata") or {}).get("langgraph_node")
                            or getattr(fn, "__name__", "node"))
-        if isinstance(state, Mapping):
+        if callable(inputs):
+            declared = dict(inputs(state))
+        elif isinstance(state, Mapping):
             keys = inputs if inputs is not None else tuple(state)
             declared = {k: state[k] for k in keys if k in state}
         else:
             declared = {"state": state}
+        declared = {k: External(v) if k in outside else v for k, v in declared.items()}
 
         async def body(**_: Any) -> Any:
             out = fn(state, config) if wants_config else fn(state)

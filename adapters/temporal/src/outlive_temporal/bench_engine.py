@@ -78,7 +78,7 @@ class EngineLoop(Work):
 
     async def attempt(self, a: Attempt, spec: dict[str, int]) -> int:
         for i in range(spec["n"]):
-            await a.step(f"s{i}", bench_engine_step, f"text {i}", **_OPTS)
+            await a.step(f"s{i}", bench_engine_step, f"text {i}", external=[f"s{i}"], **_OPTS)
         return spec["n"]
 
 
