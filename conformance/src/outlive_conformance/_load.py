@@ -91,8 +91,7 @@ async def _worker(url: str, receiver_path: str, slice_no: int, procs: int, works
         last = st.current_attempt
         if last is not None and last.state is outlive.AttemptState.FINISHED:
             continue
-        if last is not None and last.state in (outlive.AttemptState.ADMITTED,
-                                               outlive.AttemptState.RUNNING):
+        if last is not None and L.is_leased(last):
             # Its process is dead (the parent starts this one only then): the controller's call.
             await backend.execute(work, L.MarkUnknown(attempt=last.number, at=ctl.clock()))
         plan["count"] = 0
