@@ -163,6 +163,18 @@ _VARIANTS: dict[str, tuple[str, str]] = {
                              '[[consumers]]\nname = "finished"\nready_at = 9\n'
                              'needs = "latest-finished"\n'),
     "wakes-before-suspicion": ("wake_at = 8", "wake_at = 4"),
+    "silent-after-candidate": ('silent_step = "s3"', 'silent_step = "s3"\nsilent_point = "after-candidate"'),
+    "silent-after-intent": ('silent_step = "s3"', 'silent_step = "s3"\nsilent_point = "after-intent"'),
+    "silent-after-send": ('silent_step = "s3"', 'silent_step = "s3"\nsilent_point = "after-send"'),
+    "successor-silent-after-intent": (
+        'poster_dies = "first"', 'silences = [{ attempt = 2, point = "after-intent", wake_at = 14 }]\n'
+        'poster_dies = "first"'),
+    "successor-silent-after-send": (
+        'poster_dies = "first"', 'silences = [{ attempt = 2, point = "after-send", wake_at = 16 }]\n'
+        'poster_dies = "first"'),
+    "one-attempt-silent-twice": (
+        'poster_dies = "first"', 'silences = [{ attempt = 1, point = "after-intent", wake_at = 12 }]\n'
+        'poster_dies = "first"'),
 }
 #: The article's scenes (the golden runs' switches), run on each variant.
 _SCENES: tuple[dict[str, str], ...] = (
@@ -170,12 +182,6 @@ _SCENES: tuple[dict[str, str], ...] = (
     {"pins": "off"}, {"progress": "end"}, {"change": "after"}, {"change": "after", "rule": "accepted"},
     {"change": "after", "rule": "finished"}, {"key": "attempt"}, {"key": "none"},
 )
-_WOKEN_WORKER_GIVES_NO_BEAT = (
-    "harness vs timing model rule 3 ('a live worker beats every tick'): a paused worker that wakes "
-    "before it is suspected and saves progress only at the end writes nothing on its wake tick and "
-    "gives no heartbeat, so the harness still marks it unknown and admits a successor; the article's "
-    "worker 'stops sending heartbeats' only while silent")
-
 
 def _variant(name: str) -> Scenario:
     old, new = _VARIANTS[name]
@@ -191,11 +197,7 @@ def _variant_params() -> list[Any]:
         for scene in _SCENES:
             sw = q3_report().defaults.set(**scene)
             label = f"{name}:{','.join(f'{k}={v}' for k, v in scene.items()) or 'main'}"
-            if name == "wakes-before-suspicion" and sw.progress == "end":
-                marks = [pytest.mark.xfail(strict=True, reason=_WOKEN_WORKER_GIVES_NO_BEAT)]
-            else:
-                marks = []
-            out.append(pytest.param(name, sw, id=label, marks=marks))
+            out.append(pytest.param(name, sw, id=label))
     return out
 
 

@@ -130,6 +130,9 @@ async def test_two_silent_attempts_the_second_after_its_candidate_wakes_to_a_ref
     ('{ attempt = 2, step = "s9", point = "after-call", wake_at = 9 }', "timeline.silences[0].step"),
     ('{ attempt = 2, point = "after-candidate", wake_at = 99 }', "timeline.silences[0].wake_at"),
     ('{ attempt = 2, point = "after-candidate", wake_at = 9, when = 3 }', "timeline.silences[0].when"),
+    ('{ attempt = 2, step = "s3", point = "after-intent", wake_at = 9 }', "timeline.silences[0].step"),
+    ('{ attempt = 2, point = "after-send", wake_at = 9 }, '
+     '{ attempt = 2, point = "after-send", wake_at = 11 }', "timeline.silences[1]"),
 ])
 def test_a_malformed_silence_is_refused_naming_its_entry(entry: str, field: str) -> None:
     from outlive.errors import ScenarioError
@@ -139,3 +142,26 @@ def test_a_malformed_silence_is_refused_naming_its_entry(entry: str, field: str)
         parse_scenario(_q3_with('poster_dies = "first"', f"silences = [{entry}]\nposter_dies = \"first\""),
                        "bad.toml")
     assert info.value.details.get("field") == field, info.value.message
+
+
+@pytest.mark.parametrize("key,posts,clean", [("operation", 1, True), ("attempt", 2, False)])
+async def test_a_successor_paused_after_its_intent_wakes_to_a_post_already_settled(
+        key: str, posts: int, clean: bool) -> None:
+    from outlive_conformance.scenario import parse_scenario
+
+    sc = parse_scenario(_q3_with('poster_dies = "first"',
+                                 'silences = [{ attempt = 2, point = "after-intent", wake_at = 14 }]\n'
+                                 'poster_dies = "first"'), "paused-poster.toml")
+    backend = await outlive.open_backend("memory://")
+    try:
+        s = await run_scenario(backend, sc, sc.defaults.set(dies="no", key=key))
+    finally:
+        await backend.close()
+    # #2 records its intent at t10 and falls silent; #3 is admitted at t13 to settle it. At t14
+    # #2 wakes first and sends (the feed applies P1); its record of the answer is refused by the
+    # token; #3 resends with the operation key: "already seen", P1. With a key per attempt the
+    # feed cannot tell the two sends apart: two posts for one operation.
+    assert [(t, n) for t, n, *_ in s.admissions] == [(0, 1), (5, 2), (13, 3)]
+    assert (14, 2, "StaleOwner") in s.late_writes_rejected
+    assert s.posts == posts and s.clean is clean
+    assert s.invariants["one_effect_per_operation"] is clean

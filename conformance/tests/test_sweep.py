@@ -60,6 +60,6 @@ def test_the_sweep_command_exits_zero_on_a_correct_system_whatever_the_scenario(
 
     proc = subprocess.run([sys.executable, "-m", "outlive.cli", "sweep", "--scenario", "late-newsletter",
                            "--backend", "memory://", "--concurrency", "8"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "FAILS" not in proc.stdout

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -67,6 +68,14 @@ class PosterDied(BaseException):
     A death, not a transport failure: it must not be taken for the receiver's silence (which
     the worker reports as ``EffectAmbiguous``), so it is not an ``Exception``.
     """
+
+
+class _CrashedInPost(PosterDied):
+    """A silent attempt that crashes within its post: after the intent, or after the send."""
+
+    def __init__(self, message: str, point: str) -> None:
+        super().__init__(message)
+        self.point = point
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +178,7 @@ class _Actor:
     release: asyncio.Event = field(default_factory=asyncio.Event)
     silence: Silence | None = None     # the silence holding this attempt, while it holds
     resume: str = "work"               # the phase a woken attempt returns to
+    held_post: str | None = None       # the op key of a post paused midway
     candidate: Candidate | None = None
     accepted: str | None = None
     inherited: str | None = None       # accepted for my version before I was admitted
@@ -329,10 +339,13 @@ class _Run:
 
         return summarise
 
-    def silent_here(self, actor: _Actor, step: str | None) -> Silence | None:
-        """The silence, not yet fallen, for this attempt at this step (None: after its candidate)."""
+    def silent_here(self, actor: _Actor, step: str | None,
+                    points: tuple[str, ...] = ("after-candidate",)) -> Silence | None:
+        """The silence, not yet fallen, for this attempt at this step (None: at one of ``points``,
+        the places after its steps)."""
         for sil in self.sc.silences:
-            if sil.attempt == actor.number and sil.step == step and sil not in self.fired:
+            if sil.attempt == actor.number and sil.step == step and sil not in self.fired \
+                    and (step is not None or sil.point in points):
                 return sil
         return None
 
@@ -344,6 +357,7 @@ class _Run:
             actor.phase = "crashed"
             return
         actor.phase, actor.resume = "held", resume
+        actor.release.clear()
         actor.task = asyncio.ensure_future(actor.release.wait())
 
     # -- phases --------------------------------------------------------------------------------
@@ -356,13 +370,21 @@ class _Run:
             a.release.set()
             a.acted = self.tick
             assert a.task is not None
+            if a.held_post is not None:
+                await self.wake_in_post(a)
+                continue
             step = sil.step or "its candidate"
             if sil.point in ("after-record", "after-candidate"):
                 await a.task
                 a.phase = a.resume
+                if a.phase == "stopped":
+                    self.log("attempt", f"#{a.number} wakes; its candidate was refused meanwhile: "
+                             "it stops", lane=f"attempt:{a.number}", mark="wake", step=sil.step)
+                    continue
                 self.log("attempt", f"#{a.number} wakes after {'recording ' if sil.step else ''}"
                          f"{step} and carries on as if nothing happened", lane=f"attempt:{a.number}",
                          mark="wake", step=sil.step)
+                await self.beat_if_current(a)
                 continue
             try:
                 await a.task
@@ -389,7 +411,38 @@ class _Run:
                 self.log("attempt", f"#{a.number} wakes and finishes {step} -> {short(rid)} "
                          "(kept in memory until the end of its attempt)", lane=f"attempt:{a.number}",
                          mark="wake", step=step, result=short(rid))
+                await self.beat_if_current(a)
             self.truth[rid] = content_hash(self.sc.versions[a.version or self.sc.first_version][step])
+
+    async def wake_in_post(self, a: _Actor) -> None:
+        """A post paused after its intent (or its send) carries on: it sends (or not), then
+        records the receiver's answer — a fenced write, refused if it was replaced meanwhile."""
+        assert a.held_post is not None and a.task is not None
+        op_key, a.held_post = a.held_post, None
+        a.phase = a.resume
+        st = await self.state()
+        # a post settled meanwhile by a successor is not written again: nothing stale lands
+        stale = a.token < st.epoch and not L.is_settled(st.effect(op_key))
+        self.log("attempt", f"#{a.number} wakes inside its post and carries on",
+                 lane=f"attempt:{a.number}", mark="wake")
+        try:
+            if await self.posted(a, op_key, a.task, intent_stale=False, confirm_stale=stale,
+                                 resumed=True):
+                await self.beat_if_current(a)
+        except FencingError as exc:
+            a.phase = "stopped"
+            self.late_rejected.append((self.tick, a.number, type(exc).__name__))
+            st = await self.state()
+            self.log("attempt", f"#{a.number} tries to record the feed's answer; the ledger "
+                     f"rejects it: token {a.token} is older than {st.epoch}. #{a.number} stops",
+                     lane=f"attempt:{a.number}", mark="late-write", refused=True, token=a.token,
+                     epoch=st.epoch, reason=type(exc).__name__)
+
+    async def beat_if_current(self, a: _Actor) -> None:
+        """A woken worker that wrote nothing still shows it is alive: waking is its tick's action,
+        and a live worker beats every tick. One already replaced has nothing to renew."""
+        if a.token == (await self.state()).epoch:
+            await a.worker.heartbeat()
 
     def rule_for(self, c: Consumer) -> Rule:
         if c.needs == "current":
@@ -460,6 +513,8 @@ class _Run:
                          attempt=actor.number, reason=type(exc).__name__)
                 if actor.phase == "awaiting":
                     actor.phase = "stopped"
+                elif actor.phase == "held" and actor.resume == "awaiting":
+                    actor.resume = "stopped"         # it learns the verdict when it wakes
                 st = await self.state()
                 if st.current_attempt and st.current_attempt.number == actor.number:
                     await self.ctl.stop(self.work, actor.number)
@@ -534,12 +589,16 @@ class _Run:
         return None
 
     async def post(self, actor: _Actor, op_key: str) -> bool:
-        """Send (or resend) the announcement; False if the poster died."""
+        """Send (or resend) the announcement; False if the poster died or fell silent."""
         payload = self.op_payload[op_key]
-        self.post_attempts += 1
-        dies = self.sw.dies == "yes" and self.post_attempts in self.sc.poster_dies_at
+        sil = self.silent_here(actor, None, ("after-intent", "after-send"))
 
-        def send(key: str | None, body: Any) -> Receipt:
+        async def send(key: str | None, body: Any) -> Receipt:
+            if sil is not None and sil.point == "after-intent":
+                await self.fall_silent_in_post(actor, sil)
+            self.post_attempts += 1
+            dies = self.sw.dies == "yes" and self.post_attempts in self.sc.poster_dies_at
+
             def apply(p: Any) -> str:
                 self.op_applied[op_key] = self.op_applied.get(op_key, 0) + 1
                 return f"P{len(self.feed.applied) + 1}"
@@ -552,25 +611,74 @@ class _Run:
                 self.after_retention += 1
             if dies:
                 raise PosterDied(f"#{actor.number} died after the feed applied {receipt.effect_id}")
+            if sil is not None and sil.point == "after-send":
+                await self.fall_silent_in_post(actor, sil)
             return receipt
 
-        replaced = actor.token < (await self.state()).epoch
+        st = await self.state()
+        already = L.is_settled(st.effect(op_key))    # settled meanwhile: nothing sent or written
+        replaced = actor.token < st.epoch and not already
+        effect = actor.worker.effect(op_key, payload, send, send_key=self.send_key(actor, op_key))
+        if sil is not None:
+            actor.entered.clear()
+            actor.release.clear()
+            actor.task = asyncio.ensure_future(effect)
+            entered = asyncio.ensure_future(actor.entered.wait())
+            await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)
+            if not actor.task.done():
+                # paused inside its post: the rest (send, record) happens when it wakes
+                if replaced:
+                    self.stale_landed += 1       # its intent landed with a stale token
+                actor.phase, actor.resume = "held", actor.phase
+                actor.held_post = op_key
+                sent = "" if sil.point == "after-intent" else \
+                    f"; the feed applies post P{len(self.feed.applied)}"
+                self.log("effect", f"#{actor.number} records its intent to post{sent}; then "
+                         f"#{actor.number} goes silent", lane=f"attempt:{actor.number}",
+                         mark="silent", op_key=op_key, point=sil.point)
+                return False
+            entered.cancel()
+            return await self.posted(actor, op_key, actor.task, intent_stale=replaced,
+                                     confirm_stale=replaced, already=already)
+        return await self.posted(actor, op_key, effect, intent_stale=replaced, confirm_stale=replaced,
+                                 already=already)
+
+    async def fall_silent_in_post(self, actor: _Actor, sil: Silence) -> None:
+        """The silence of a post: a crash ends the attempt there; a pause holds it until it wakes."""
+        self.fired.add(sil)
+        actor.silence = sil
+        if self.sw.silent == "crashed":
+            raise _CrashedInPost(f"#{actor.number} crashed {sil.point}", sil.point)
+        actor.entered.set()
+        await actor.release.wait()
+
+    async def posted(self, actor: _Actor, op_key: str, effect: Awaitable[Receipt], *,
+                     intent_stale: bool, confirm_stale: bool, resumed: bool = False,
+                     already: bool = False) -> bool:
+        """Narrate a post's outcome: died, confirmed as new, or answered "already seen"."""
         try:
-            receipt = await actor.worker.effect(op_key, payload, send,
-                                                send_key=self.send_key(actor, op_key))
-        except PosterDied:
-            if replaced:
-                self.stale_landed += 1           # its intent landed; it died before confirming
-            actor.phase = "dead"
-            self.log("effect", f"#{actor.number} records its intent to post; the feed applies "
-                     f"post P{len(self.feed.applied)}; #{actor.number} dies before recording it",
+            receipt = await effect
+        except PosterDied as exc:
+            self.stale_landed += intent_stale    # its intent landed; it died before confirming
+            actor.phase = "crashed" if isinstance(exc, _CrashedInPost) else "dead"
+            sent = not (isinstance(exc, _CrashedInPost) and exc.point == "after-intent")
+            self.log("effect", (f"#{actor.number} sends its post; " if resumed else
+                                f"#{actor.number} records its intent to post; ")
+                     + (f"the feed applies post P{len(self.feed.applied)}; " if sent else "")
+                     + f"#{actor.number} dies before recording it",
                      lane=f"attempt:{actor.number}", mark="effect", op_key=op_key,
-                     sent_key=self.sent_key_label(actor, op_key), effect_id=f"P{len(self.feed.applied)}",
+                     sent_key=self.sent_key_label(actor, op_key),
+                     effect_id=f"P{len(self.feed.applied)}" if sent else None,
                      duplicate=False, confirmed=False, died=True)
             return False
-        if replaced:
-            self.stale_landed += 2               # the intent and the confirmation
-        if receipt.duplicate:
+        self.stale_landed += intent_stale + confirm_stale
+        if already:
+            self.log("effect", f"#{actor.number} goes to settle {op_key}; the ledger already holds "
+                     f"its answer ({receipt.effect_id}, recorded by another attempt): nothing is "
+                     "sent", lane=f"attempt:{actor.number}", mark="effect", op_key=op_key,
+                     sent_key=None, effect_id=receipt.effect_id, duplicate=False, confirmed=True,
+                     died=False)
+        elif receipt.duplicate:
             self.log("effect", f"#{actor.number} resends with the same operation key; the feed "
                      f"answers \"already seen\" and returns {receipt.effect_id}; nothing new is "
                      f"posted; {receipt.effect_id} is recorded as confirmed",
@@ -698,6 +806,8 @@ class _Run:
                      mark="crash" if actor.phase == "crashed" else "silent", step=step)
             return self.sw.progress == "step"
         if sil is not None:
+            actor.entered.clear()
+            actor.release.clear()
             actor.task = asyncio.ensure_future(coro)
             entered = asyncio.ensure_future(actor.entered.wait())
             await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)

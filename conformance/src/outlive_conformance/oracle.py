@@ -19,6 +19,12 @@ The parties and their rules, as the article states them:
   key matches what the step reads now (by step name alone without pins). Progress is recorded per
   step, or flushed with the candidate. A successor settles open intents first (resends with the
   key), then announces a digest already accepted for its pinned version, else builds its own.
+* **Silences**: an attempt falls silent where the scenario says (within a step, after its
+  candidate, within its first post after the intent or after the send), paused or crashed. A
+  paused one wakes at its ``wake_at`` and carries on; waking is that tick's action, and it beats
+  if it is still the owner and alive. A candidate refused while its attempt is silent stops the
+  attempt in the records (it learns so when it wakes). A post settled meanwhile (by a successor,
+  or by a woken sender) is neither sent nor written again (the fence is still checked first).
 * **Fencing**: every protected write (journal, candidate, effect record) carries the writer's
   token; with fencing on a token older than the epoch is refused and its writer stops; with
   fencing off it is applied and counted as a stale write. Heartbeats are not fenced writes.
@@ -41,7 +47,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .scenario import Consumer, Scenario, Switches
+from .scenario import Consumer, Scenario, Silence, Switches
 
 __all__ = ["Prediction", "compare", "known_disagreement", "observed", "predict"]
 
@@ -116,9 +122,12 @@ class _Attempt:
     owes: _Candidate | None = None          # an accepted digest this attempt must announce
     to_settle: list[str] = field(default_factory=list)
     last_sign: int = 0
-    went_silent: bool = False
     woke: int = -1                          # the tick it woke: its wake-up is that tick's action
     held_result: _Result | None = None      # the silent step, finished or not, while held
+    silence: Silence | None = None          # the silence holding it
+    resume: str = "work"                    # the phase it returns to when it wakes
+    held_post: str | None = None            # the operation of a post it fell silent within
+    ended: bool = False                     # recorded stopped by the controller (a refusal)
 
 
 class _Refused(Exception):
@@ -127,6 +136,10 @@ class _Refused(Exception):
 
 class _Died(Exception):
     """The posting worker died after the feed applied the post."""
+
+
+class _FellSilent(Exception):
+    """The attempt fell silent within its post (paused or crashed): its action ends there."""
 
 
 class _Story:
@@ -162,6 +175,7 @@ class _Story:
         self.admissions: list[tuple[int, int, int, str | None]] = []
         self.confirmed_at: int | None = None
         self.started: dict[str, tuple[int, str | None, str | None]] = {}   # consumer -> start
+        self.fallen: set[Silence] = set()
 
     # -- helpers ----------------------------------------------------------------------------------
     @property
@@ -228,8 +242,13 @@ class _Story:
                 r.key != self.sc.versions[cand.pin][s] for s, r in cand.parts.items()))
             if stale or wrong:
                 self.refused.append((self.tick, a.number))
+                # the controller records the attempt stopped, whatever it is doing; one held
+                # learns it when it wakes
+                a.ended = True
                 if a.phase == "awaiting":
                     a.phase = "stopped"
+                elif a.phase == "held" and a.resume == "awaiting":
+                    a.resume = "stopped"
                 continue
             self.acceptances.append((cand, cand.version, self.tick))
             a.owes = cand
@@ -238,9 +257,9 @@ class _Story:
             self.admit()
             return
         beats = self.sc.missed_beats * self.sc.heartbeat_every
-        unknown = owner.phase in (*_LIVE, "held", "crashed", "dead") and \
+        unknown = not owner.ended and owner.phase in (*_LIVE, "held", "crashed", "dead") and \
             self.tick - owner.last_sign > beats
-        settled = owner.phase in ("done", "stopped") and not self.complete()
+        settled = (owner.phase in ("done", "stopped") or owner.ended) and not self.complete()
         if unknown or settled:
             self.admit()
 
@@ -263,24 +282,47 @@ class _Story:
                 a.owes = cand
                 break
 
+    def silence_at(self, a: _Attempt, step: str | None, points: tuple[str, ...]) -> Silence | None:
+        """The scenario's silence, not yet fallen, for this attempt here (``step`` None: at one of
+        ``points``, the places after its steps)."""
+        for sil in self.sc.silences:
+            if sil.attempt == a.number and sil.step == step and sil not in self.fallen \
+                    and (step is not None or sil.point in points):
+                return sil
+        return None
+
+    def fall_silent(self, a: _Attempt, sil: Silence) -> None:
+        self.fallen.add(sil)
+        a.silence, a.resume = sil, a.phase
+        a.phase = "held" if self.sw.silent == "paused" else "crashed"
+
     def wake(self) -> None:
-        if self.sw.silent != "paused" or self.tick != self.sc.wake_at:
+        if self.sw.silent != "paused":
             return
         for a in self.attempts:
-            if a.phase != "held":
+            sil = a.silence
+            if a.phase != "held" or sil is None or self.tick != sil.wake_at:
                 continue
-            a.phase, a.woke = "work", self.tick
-            if self.sc.silent_point == "before-call":
-                self.calls += 1               # the call it was about to make when it fell silent
-            if self.sc.silent_point != "after-record":
-                r = a.held_result or self.result(a, self.sc.silent_step)
-                try:
-                    self.keep(a, r)
-                except _Refused:
-                    a.phase = "stopped"
-                    self.late.append((self.tick, a.number))
+            a.phase, a.woke = a.resume, self.tick
+            try:
+                if a.held_post is not None:           # the rest of its post: send, then record
+                    op_key, a.held_post = a.held_post, None
+                    if sil.point == "after-intent":
+                        self.send(a, op_key)
+                    self.confirm(a, op_key)
+                elif sil.step is not None:
+                    if sil.point == "before-call":
+                        self.calls += 1           # the call it was about to make when it fell silent
+                    if sil.point != "after-record":
+                        self.keep(a, a.held_result or self.result(a, sil.step))
+            except _Refused:
+                a.phase = "stopped"
+                self.late.append((self.tick, a.number))
+            except _Died:
+                a.phase = "dead"
             a.held_result = None
-            a.last_sign = self.tick if a.token == self.epoch else a.last_sign
+            if a.token == self.epoch and a.phase in _LIVE:
+                a.last_sign = self.tick           # waking is its action this tick: it beats
 
     def result(self, a: _Attempt, step: str) -> _Result:
         text = self.sc.versions[a.pin][step]
@@ -296,8 +338,28 @@ class _Story:
             a.unsaved.append(r.step)
 
     def post(self, a: _Attempt, op_key: str) -> None:
+        if self.effects.get(op_key) == "confirmed":
+            # settled meanwhile (a woken sender recorded it): the intent's record says so and
+            # nothing is sent or written; the fence is still checked first
+            if self.fencing and a.token < self.epoch:
+                raise _Refused
+            self.confirmed_at = self.tick
+            return
         self.write(a)                                    # the intent, before the send
         self.effects.setdefault(op_key, "intent")
+        for point in ("after-intent", "after-send"):
+            sil = self.silence_at(a, None, (point,))
+            if sil is not None and point == "after-send":
+                self.send(a, op_key)
+            if sil is not None:
+                a.held_post = op_key
+                self.fall_silent(a, sil)
+                raise _FellSilent
+        self.send(a, op_key)
+        self.confirm(a, op_key)
+
+    def send(self, a: _Attempt, op_key: str) -> None:
+        """The feed applies a post unless it keeps the key sent; a listed poster dies after it."""
         self.sends += 1
         sent = {"operation": op_key, "attempt": f"{op_key}#attempt-{a.number}",
                 "none": None}[self.sw.key]
@@ -313,8 +375,16 @@ class _Story:
                 self.feed_keys[sent] = (f"P{self.posts}", self.tick)
         if self.sw.dies == "yes" and self.sends in self.sc.poster_dies_at:
             raise _Died
-        self.write(a)                                    # the confirmation
-        self.effects[op_key] = "confirmed"
+
+    def confirm(self, a: _Attempt, op_key: str) -> None:
+        if self.effects.get(op_key) == "confirmed":
+            # settled meanwhile by another attempt: the answer is the same post, nothing is
+            # written (and nothing stale lands); the fence is still checked first
+            if self.fencing and a.token < self.epoch:
+                raise _Refused
+        else:
+            self.write(a)                                # the confirmation
+            self.effects[op_key] = "confirmed"
         self.confirmed_at = self.tick
 
     def act(self, a: _Attempt) -> None:
@@ -347,16 +417,16 @@ class _Story:
             self.late.append((self.tick, a.number))
         except _Died:
             a.phase = "dead"
+        except _FellSilent:
+            pass
 
     def build(self, a: _Attempt) -> None:
         todo = [s for s in self.sc.steps if s not in a.steps]
         if todo:
             step = todo[0]
-            silent = (a.number == self.sc.silent_attempt and step == self.sc.silent_step
-                      and not a.went_silent)
-            if silent:
-                a.went_silent = True
-                point = self.sc.silent_point
+            sil = self.silence_at(a, step, ())
+            if sil is not None:
+                point = sil.point
                 if point != "before-call":
                     self.calls += 1
                 r = self.result(a, step)
@@ -364,7 +434,7 @@ class _Story:
                     self.keep(a, r)
                 else:
                     a.held_result = r if point == "after-call" else None
-                a.phase = "held" if self.sw.silent == "paused" else "crashed"
+                self.fall_silent(a, sil)
                 return
             self.calls += 1
             self.keep(a, self.result(a, step))
@@ -383,6 +453,9 @@ class _Story:
             a.phase = "awaiting"
             self.candidates.append(cand)
             self.pending.append(cand)
+            sil = self.silence_at(a, None, ("after-candidate",))
+            if sil is not None:
+                self.fall_silent(a, sil)
 
     # -- the run -----------------------------------------------------------------------------------
     def consumers(self) -> None:
@@ -397,8 +470,8 @@ class _Story:
     def settled(self) -> bool:
         readies = [self.sc.consumer.ready_at, *(c.ready_at for c in self.sc.consumers)]
         future = (any(t > self.tick for t in self.schedule) or self.tick < max(readies)
-                  or any(a.phase == "held" and self.sw.silent == "paused"
-                         and self.tick < self.sc.wake_at for a in self.attempts))
+                  or any(a.phase == "held" and self.sw.silent == "paused" and a.silence is not None
+                         and self.tick < a.silence.wake_at for a in self.attempts))
         live = any(a.phase in _LIVE for a in self.attempts)
         return (self.complete() and not live and not future and not self.pending
                 and self.sc.consumer.name in self.started)
@@ -511,6 +584,7 @@ def known_disagreement(switches: Switches) -> str | None:
 
     The harness once ended a story with a dead poster's intent unconfirmed (72 runs of each
     sweep: its completion rule looked only at the latest acceptance's announcement); it now
-    settles every intent before the work is complete, as the article's t13 does.
+    settles every intent before the work is complete, as the article's t13 does. It also gave a
+    worker that woke before it was suspected no beat on its wake tick; it now does.
     """
     return None

@@ -25,6 +25,7 @@ from outlive.ledger import MAX_PAYLOAD_BYTES
 __all__ = [
     "NEEDS",
     "SILENT_POINTS",
+    "STEPLESS_POINTS",
     "SWITCHES",
     "Change",
     "Silence",
@@ -97,8 +98,12 @@ def all_switches() -> Iterator[Switches]:
 
 
 #: Where a silent attempt falls silent: within a step (before its model call, after the call and
-#: before the record, after the record) or after assembling its candidate.
-SILENT_POINTS = ("before-call", "after-call", "after-record", "after-candidate")
+#: before the record, after the record), after assembling its candidate, or within its first post
+#: (after recording the intent and before sending; after the send and before recording it).
+SILENT_POINTS = ("before-call", "after-call", "after-record", "after-candidate", "after-intent",
+                 "after-send")
+#: The points that are not within a step (a silence there names no step).
+STEPLESS_POINTS = ("after-candidate", "after-intent", "after-send")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +111,7 @@ class Silence:
     """One attempt falling silent (paused or crashed, by the ``silent`` switch) at one point."""
 
     attempt: int
-    step: str | None          # None for ``after-candidate``
+    step: str | None          # None for the points after a step (``STEPLESS_POINTS``)
     point: str
     wake_at: int              # when a paused attempt wakes (a crashed one never does)
 #: What a consumer needs: the current input, a named version, or (relaxed) the latest result.
@@ -183,7 +188,7 @@ class Scenario:
     def silences(self) -> tuple[Silence, ...]:
         """Every silence of the story: the timeline's own first, then the further ones."""
         first = Silence(attempt=self.silent_attempt,
-                        step=None if self.silent_point == "after-candidate" else self.silent_step,
+                        step=None if self.silent_point in STEPLESS_POINTS else self.silent_step,
                         point=self.silent_point, wake_at=self.wake_at)
         return (first, *self.more_silences)
     #: What the author derived on paper: protection -> the story settings under which removing it
@@ -467,7 +472,8 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
             raise r.fail(f"timeline.then[{i}].after", f"must be between 1 and {max_ticks - 1}")
         then.append(Change(version=version, after=after))
     silences: list[Silence] = []
-    seen = {(ints["timeline.silent_attempt"], silent_step if silent_point != "after-candidate" else None)}
+    seen = {(ints["timeline.silent_attempt"],
+             silent_point if silent_point in STEPLESS_POINTS else silent_step)}
     for i in range(len(r.table("timeline").get("silences", []))):
         where = f"timeline.silences[{i}]"
         point = r.entry("timeline.silences", i, "point", str)
@@ -477,13 +483,16 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         if not 1 <= attempt <= 100:
             raise r.fail(f"{where}.attempt", "must be between 1 and 100")
         step: str | None = None
-        if point != "after-candidate":
+        if point not in STEPLESS_POINTS:
             step = r.entry("timeline.silences", i, "step", str)
             if step not in steps:
                 raise r.fail(f"{where}.step", f"{step!r} is not in work.steps")
-        if (attempt, step) in seen:
+        elif "step" in r.table("timeline").get("silences", [])[i]:
+            raise r.fail(f"{where}.step", f"a silence {point} names no step")
+        place = point if step is None else step
+        if (attempt, place) in seen:
             raise r.fail(where, f"attempt {attempt} already falls silent there")
-        seen.add((attempt, step))
+        seen.add((attempt, place))
         wake = r.entry("timeline.silences", i, "wake_at", int)
         if not 0 <= wake < max_ticks:
             raise r.fail(f"{where}.wake_at", f"must be between 0 and {max_ticks - 1}")
