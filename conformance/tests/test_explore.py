@@ -269,3 +269,19 @@ def test_run_svg_writes_the_drawing_of_that_run(tmp_path: Path) -> None:
     assert main(["run", "q3-report", "--set", "fencing=off", "--svg", str(off_svg)]) == 1
     marks = _marks(off_svg.read_text(encoding="utf-8"))
     assert len([m for m in marks if "stale" in m[2].split()]) == 3
+
+
+async def test_svg_draws_a_post_that_falls_silent_and_one_settled_meanwhile() -> None:
+    text = resources.files("outlive_conformance").joinpath(
+        "scenarios/q3-report.toml").read_text(encoding="utf-8")
+    sc = parse_scenario(text.replace(
+        'poster_dies = "first"',
+        'silences = [{ attempt = 2, point = "after-intent", wake_at = 14 }]\nposter_dies = "first"'),
+        "paused-poster.toml")
+    s = await run_scenario(await outlive.open_backend("memory://"), sc,
+                           sc.defaults.set(fencing="off", dies="no", key="attempt"))
+    marks = _marks(render_timeline(s, sc))
+    assert len(marks) == len(s.trace) + 2          # + v1 at t0, + the one post the feed applies
+    # #2's post is applied at t14; #3, settling the same intent, finds it confirmed: no second
+    # receiver mark although the keys differ
+    assert [(t, lane) for t, lane, cls in marks if "receiver" in cls] == [("14", "receiver")]

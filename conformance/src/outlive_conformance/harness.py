@@ -677,7 +677,7 @@ class _Run:
                      f"its answer ({receipt.effect_id}, recorded by another attempt): nothing is "
                      "sent", lane=f"attempt:{actor.number}", mark="effect", op_key=op_key,
                      sent_key=None, effect_id=receipt.effect_id, duplicate=False, confirmed=True,
-                     died=False)
+                     died=False, already=True)
         elif receipt.duplicate:
             self.log("effect", f"#{actor.number} resends with the same operation key; the feed "
                      f"answers \"already seen\" and returns {receipt.effect_id}; nothing new is "

@@ -176,11 +176,15 @@ def _items(summary: RunSummary, scenario: Scenario) -> tuple[list[_Item], list[_
                 add(e, "square", f"{what} late write", "applied: fencing off", "bad",
                     classes=["late", "stale"])
         elif e.mark == "wake":
-            add(e, "square", f"wakes: {d['step']}", f"{d['result']} in memory", "warn", hollow=True)
+            add(e, "square", f"wakes: {d.get('step') or 'carries on'}",
+                f"{d['result']} in memory" if d.get("result") else "", "warn", hollow=True)
+        elif e.mark == "silent" and "op_key" in d:
+            add(e, "ring", "post: goes silent", f"{d['point']}; held", "warn")
         elif e.mark == "silent":
-            add(e, "ring", f"{d['step']}: goes silent", "call made; held", "warn")
+            add(e, "ring", f"{d['step']}: goes silent" if d.get("step") else "after candidate: silent",
+                "call made; held" if d.get("step") else "held", "warn")
         elif e.mark == "crash":
-            add(e, "cross", f"{d['step']}: crashes", "nothing recorded", "warn")
+            add(e, "cross", f"{d.get('step') or 'attempt'}: crashes", "nothing recorded", "warn")
         elif e.mark == "candidate":
             ver = d["version"] or "no version"
             if d["stale"]:
@@ -189,6 +193,11 @@ def _items(summary: RunSummary, scenario: Scenario) -> tuple[list[_Item], list[_
             else:
                 add(e, "diamond", f"cand {d['digest']}", f"{ver} · quotes {d['figure']}", "info",
                     classes=["candidate"])
+        elif e.mark == "effect" and (d.get("already") or d.get("effect_id") is None):
+            # settled by another attempt (nothing sent), or died before sending: no receiver mark
+            add(e, "circle", "settle: already confirmed" if d.get("already") else "intent",
+                d["effect_id"] if d.get("already") else "dies before sending", "warn",
+                hollow=not d.get("already"), classes=["effect"])
         elif e.mark == "effect":
             key = d["sent_key"]
             keyed = "no key" if key is None else ("key: operation" if key == d["op_key"]
