@@ -63,3 +63,28 @@ def test_the_sweep_command_exits_zero_on_a_correct_system_whatever_the_scenario(
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "FAILS" not in proc.stdout
+
+
+async def test_a_failed_run_stops_the_sweep_and_cancels_the_others() -> None:
+    """Before, the sweep's gather raised the first error and left the other runs going against
+    a backend the caller then closed; `outlive sweep` on Temporal never exited."""
+    import asyncio
+
+    seen: list[str] = []
+
+    def on_run(label: str, summary: object) -> None:
+        seen.append(label)
+        if len(seen) == 5:
+            raise RuntimeError("the backend went away")
+
+    backend = await outlive.open_backend("memory://")
+    try:
+        with pytest.raises(RuntimeError) as info:
+            await sweep(backend, q3_report(), concurrency=8, on_run=on_run)
+        assert any(n.startswith("in the sweep's run silent=") for n in info.value.__notes__)
+        finished = len(seen)
+        assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+        await asyncio.sleep(0.2)
+        assert len(seen) == finished                 # nothing ran on after the sweep raised
+    finally:
+        await backend.close()

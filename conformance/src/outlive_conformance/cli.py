@@ -168,6 +168,14 @@ def sweep(backend: str, scenario: str, concurrency: int, namespace: str | None, 
             click.echo(f"outlive sweep: interrupted after {len(finished)}/864 runs"
                        + (f"; the finished runs are in {out}" if out else ""), err=True)
             raise
+        except Exception as exc:
+            where = "; ".join(getattr(exc, "__notes__", ())) or "in one run"
+            emit_json(report({"interrupted": True, "error": f"{type(exc).__name__}: {exc}",
+                              "where": where}), as_json=as_json, out=out)
+            click.echo(f"outlive sweep: stopped {where} after {len(finished)}/864 runs; the other "
+                       "runs were cancelled" + (f"; the finished runs are in {out}" if out else ""),
+                       err=True)
+            raise
         finally:
             await b.close()
         say(f"{len(result.runs)} runs on {backend} in {result.seconds:.1f} s")

@@ -45,16 +45,27 @@ async def sweep(backend: Backend, scenario: Scenario, *, concurrency: int = 1,
     async def one(i: int, sw: Switches) -> None:
         nonlocal done
         async with sem:
-            runs[sw.label] = await run_scenario(
-                backend, scenario, sw, work_id=f"{namespace}/{i:03d}/{scenario.work_id}",
-                trace=trace)
-            if on_run is not None:
-                on_run(sw.label, runs[sw.label])
+            try:
+                runs[sw.label] = await run_scenario(
+                    backend, scenario, sw, work_id=f"{namespace}/{i:03d}/{scenario.work_id}",
+                    trace=trace)
+                if on_run is not None:
+                    on_run(sw.label, runs[sw.label])
+            except Exception as exc:
+                exc.add_note(f"in the sweep's run {sw.label}")
+                raise
             done += 1
             if progress is not None:
                 progress(done, len(combos))
 
-    await asyncio.gather(*(one(i, sw) for i, sw in enumerate(combos)))
+    # A failed run cancels the others and the sweep raises its error once they have stopped
+    # (gather would leave them running against a backend the caller is about to close).
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for i, sw in enumerate(combos):
+                tg.create_task(one(i, sw))
+    except ExceptionGroup as group:
+        raise group.exceptions[0] from None
     return SweepResult(runs=runs, seconds=time.perf_counter() - t0,
                        expected=scenario.expect_necessity)
 
