@@ -620,12 +620,7 @@ class _Run:
         replaced = actor.token < st.epoch and not already
         effect = actor.worker.effect(op_key, payload, send, send_key=self.send_key(actor, op_key))
         if sil is not None:
-            actor.entered.clear()
-            actor.release.clear()
-            actor.task = asyncio.ensure_future(effect)
-            entered = asyncio.ensure_future(actor.entered.wait())
-            await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)
-            if not actor.task.done():
+            if not await self.until_silent(actor, effect):
                 # paused inside its post: the rest (send, record) happens when it wakes
                 if replaced:
                     self.stale_landed += 1       # its intent landed with a stale token
@@ -637,11 +632,24 @@ class _Run:
                          f"#{actor.number} goes silent", lane=f"attempt:{actor.number}",
                          mark="silent", op_key=op_key, point=sil.point)
                 return False
-            entered.cancel()
+            assert actor.task is not None
             return await self.posted(actor, op_key, actor.task, intent_stale=replaced,
                                      confirm_stale=replaced, already=already)
         return await self.posted(actor, op_key, effect, intent_stale=replaced, confirm_stale=replaced,
                                  already=already)
+
+    async def until_silent(self, actor: _Actor, work: Awaitable[Any]) -> bool:
+        """Run ``work`` as the actor's task until it ends (True) or falls silent inside (False:
+        the task stays held until the actor wakes)."""
+        actor.entered.clear()
+        actor.release.clear()
+        actor.task = asyncio.ensure_future(work)
+        entered = asyncio.ensure_future(actor.entered.wait())
+        await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)
+        if actor.task.done():
+            entered.cancel()
+            return True
+        return False
 
     async def fall_silent_in_post(self, actor: _Actor, sil: Silence) -> None:
         """The silence of a post: a crash ends the attempt there; a pause holds it until it wakes."""
@@ -806,13 +814,8 @@ class _Run:
                      mark="crash" if actor.phase == "crashed" else "silent", step=step)
             return self.sw.progress == "step"
         if sil is not None:
-            actor.entered.clear()
-            actor.release.clear()
-            actor.task = asyncio.ensure_future(coro)
-            entered = asyncio.ensure_future(actor.entered.wait())
-            await asyncio.wait({actor.task, entered}, return_when=asyncio.FIRST_COMPLETED)
-            if actor.task.done():
-                entered.cancel()
+            if await self.until_silent(actor, coro):
+                assert actor.task is not None
                 exc = actor.task.exception()
                 actor.phase = "crashed"
                 made = "the model call is made" if sil.point == "after-call" else "before the model call"
