@@ -62,8 +62,34 @@ def _point(ctx: AttemptContext, name: str) -> None:
     # sqlite:// writes on a thread of its own: let a lease renewal in flight finish, or the pause
     # would land inside that write and keep the file's write lock (what an embedded file cannot
     # fence; the point under test is the boundary, not that).
-    getattr(ctx.worker.backend, "quiesce", lambda: None)()
+    _quiesce(ctx.worker.backend)
     os.kill(os.getpid(), getattr(signal, f"SIG{crash['signal']}"))
+
+
+def _quiesce(backend: Any) -> None:
+    """Let the database call in flight on the backend's thread finish before a pause.
+
+    ``sqlite://`` has ``quiesce()``. ``langgraph+sqlite://`` runs every write on its one aiosqlite
+    connection's thread: queue a marker behind whatever is in flight there and wait for it
+    (aiosqlite's queue of ``(future, function)``; this runs on the event loop's thread).
+    """
+    if hasattr(backend, "quiesce"):
+        backend.quiesce()
+        return
+    conn = getattr(getattr(backend, "_saver", None), "conn", None)
+    queue = getattr(conn, "_tx", None)
+    if queue is None:
+        return
+    import asyncio
+    import threading
+
+    try:
+        marker = asyncio.get_running_loop().create_future()
+    except RuntimeError:
+        return
+    reached = threading.Event()
+    queue.put_nowait((marker, reached.set))
+    reached.wait(60)
 
 
 def feed(path: Path) -> sqlite3.Connection:
