@@ -131,7 +131,9 @@ def test_ctrl_c_during_a_sweep_keeps_the_finished_runs(tmp_path: Path) -> None:
     db, out = tmp_path / "s.db", tmp_path / "partial.json"
     proc = subprocess.Popen([sys.executable, "-m", "outlive", "sweep", "--backend",
                              f"sqlite:///{db}", "--quiet", "--concurrency", "1", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # takes Ctrl-C even when pytest runs in the background (SIGINT ignored)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         finished = 0

@@ -16,6 +16,12 @@ import outlive
 HERE = Path(__file__).resolve().parent
 
 
+def _ctrl_c_enabled() -> None:
+    """The child takes Ctrl-C even when pytest itself was started in the background, where the
+    shell sets SIGINT to ignored and every child would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_ctrl_c_stops_supervise_and_the_next_run_carries_on(tmp_path: Path) -> None:
     (tmp_path / "versions.json").write_text(json.dumps({"v1": q3.V1}))
     # attempt #1 pauses itself after journaling s2: the first run is interrupted while it waits
@@ -28,7 +34,7 @@ async def test_ctrl_c_stops_supervise_and_the_next_run_carries_on(tmp_path: Path
             "--backend", url, "--publish", "v1", "--log-dir", str(tmp_path / "logs")]
     first = await asyncio.create_subprocess_exec(
         *argv, env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT)
+        stderr=asyncio.subprocess.STDOUT, preexec_fn=_ctrl_c_enabled)
     for _ in range(1200):
         if (tmp_path / "hit-1").exists():
             break
