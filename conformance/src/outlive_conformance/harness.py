@@ -50,7 +50,14 @@ from outlive.rules import (
     StrictCurrent,
     dependable,
 )
-from outlive.supervisor import Assignment, Dispatcher, Lease, Supervisor, WorkDefinition
+from outlive.supervisor import (
+    Assignment,
+    Dispatcher,
+    Lease,
+    Supervisor,
+    WorkDefinition,
+    work_complete,
+)
 
 from .judge import Observations, judge
 from .scenario import Consumer, Scenario, Silence, Switches
@@ -296,15 +303,11 @@ class _Run:
         return st
 
     def complete(self, st: WorkState) -> bool:
+        """The supervisor's rule (the current version accepted, every intent settled: a dead
+        poster's open intent still needs a successor, as in the article's t13) and the accepted
+        digest announced."""
         acc = st.latest_acceptance
-        if acc is None:
-            return False
-        if st.policy.pins and acc.version != st.current_version:
-            return False
-        eff = st.effect(self.op_key(acc.digest))
-        # every intent settled, not only the latest digest's: an unconfirmed post of another
-        # digest (a dead poster's) still needs a successor to settle it, as in the article's t13
-        return L.is_settled(eff) and all(L.is_settled(e) for e in st.effects)
+        return work_complete(st) and acc is not None and self.announced(st, acc.digest)
 
     def assessor(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
         """Completeness and form only; it does not re-derive figures (as the article says)."""
@@ -327,12 +330,8 @@ class _Run:
             if not before:
                 self.calls += 1
             if sil is not None:
-                self.fired.add(sil)
-                actor.silence = sil
-                if self.sw.silent == "crashed":
-                    raise WorkerCrashed(f"attempt #{actor.number} crashed during {step}")
-                actor.entered.set()
-                await actor.release.wait()
+                await self.fall_silent_inside(
+                    actor, sil, WorkerCrashed(f"attempt #{actor.number} crashed during {step}"))
             if before:
                 self.calls += 1
             return {"summary": _first_sentence(text)}
@@ -595,7 +594,8 @@ class _Run:
 
         async def send(key: str | None, body: Any) -> Receipt:
             if sil is not None and sil.point == "after-intent":
-                await self.fall_silent_in_post(actor, sil)
+                await self.fall_silent_inside(
+                    actor, sil, _CrashedInPost(f"#{actor.number} crashed {sil.point}", sil.point))
             self.post_attempts += 1
             dies = self.sw.dies == "yes" and self.post_attempts in self.sc.poster_dies_at
 
@@ -612,7 +612,8 @@ class _Run:
             if dies:
                 raise PosterDied(f"#{actor.number} died after the feed applied {receipt.effect_id}")
             if sil is not None and sil.point == "after-send":
-                await self.fall_silent_in_post(actor, sil)
+                await self.fall_silent_inside(
+                    actor, sil, _CrashedInPost(f"#{actor.number} crashed {sil.point}", sil.point))
             return receipt
 
         st = await self.state()
@@ -651,12 +652,13 @@ class _Run:
             return True
         return False
 
-    async def fall_silent_in_post(self, actor: _Actor, sil: Silence) -> None:
-        """The silence of a post: a crash ends the attempt there; a pause holds it until it wakes."""
+    async def fall_silent_inside(self, actor: _Actor, sil: Silence, crash: BaseException) -> None:
+        """Fall silent inside an action (a model call, a post): crashed, ``crash`` ends the attempt
+        there; paused, it holds until the attempt wakes."""
         self.fired.add(sil)
         actor.silence = sil
         if self.sw.silent == "crashed":
-            raise _CrashedInPost(f"#{actor.number} crashed {sil.point}", sil.point)
+            raise crash
         actor.entered.set()
         await actor.release.wait()
 

@@ -337,24 +337,28 @@ class _Story:
         else:
             a.unsaved.append(r.step)
 
+    def settled_already(self, a: _Attempt, op_key: str) -> bool:
+        """A post settled meanwhile (by another attempt, or a woken sender) is neither sent nor
+        written again; the fence is still checked first."""
+        if self.effects.get(op_key) != "confirmed":
+            return False
+        if self.fencing and a.token < self.epoch:
+            raise _Refused
+        return True
+
     def post(self, a: _Attempt, op_key: str) -> None:
-        if self.effects.get(op_key) == "confirmed":
-            # settled meanwhile (a woken sender recorded it): the intent's record says so and
-            # nothing is sent or written; the fence is still checked first
-            if self.fencing and a.token < self.epoch:
-                raise _Refused
+        if self.settled_already(a, op_key):
             self.confirmed_at = self.tick
             return
         self.write(a)                                    # the intent, before the send
         self.effects.setdefault(op_key, "intent")
-        for point in ("after-intent", "after-send"):
-            sil = self.silence_at(a, None, (point,))
-            if sil is not None and point == "after-send":
+        sil = self.silence_at(a, None, ("after-intent", "after-send"))
+        if sil is not None:
+            if sil.point == "after-send":
                 self.send(a, op_key)
-            if sil is not None:
-                a.held_post = op_key
-                self.fall_silent(a, sil)
-                raise _FellSilent
+            a.held_post = op_key
+            self.fall_silent(a, sil)
+            raise _FellSilent
         self.send(a, op_key)
         self.confirm(a, op_key)
 
@@ -377,12 +381,7 @@ class _Story:
             raise _Died
 
     def confirm(self, a: _Attempt, op_key: str) -> None:
-        if self.effects.get(op_key) == "confirmed":
-            # settled meanwhile by another attempt: the answer is the same post, nothing is
-            # written (and nothing stale lands); the fence is still checked first
-            if self.fencing and a.token < self.epoch:
-                raise _Refused
-        else:
+        if not self.settled_already(a, op_key):          # else nothing stale lands either
             self.write(a)                                # the confirmation
             self.effects[op_key] = "confirmed"
         self.confirmed_at = self.tick
