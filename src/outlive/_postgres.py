@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -33,13 +33,33 @@ from .ledger import Command, Outcome
 from .records import WorkState
 from .sqlstore import POSTGRES, Read, Request, SqlLedgerStore, Steps, Write, command_flow, load_flow
 
-__all__ = ["PostgresBackend", "PostgresLedger", "postgres_options"]
+__all__ = ["PostgresBackend", "PostgresLedger", "postgres_options", "while_busy"]
 
 _OPTIONS = {"lock_timeout": 2000, "idle_in_transaction_session_timeout": 10000, "pool": 4,
             "timeout": 30000}
 #: Errors after which the transaction was rolled back by the server and may simply be retried.
 _RETRY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_T = TypeVar("_T")
+
+
+async def while_busy(write: Callable[[], Awaitable[_T]], timeout_ms: int,
+                     on_busy: Callable[[], object] = lambda: None) -> _T:
+    """``write()``, again (1 ms apart) while the server rolls it back because another session
+    holds the work (nothing was written); after ``timeout_ms`` the last such error is raised.
+
+    The one retry loop of every PostgreSQL ledger write, the core's and ``langgraph+postgres``'s
+    fenced checkpoint writes alike.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            return await write()
+        except _RETRY:
+            if time.monotonic() > deadline:
+                raise
+            on_busy()
+            await asyncio.sleep(0.001)
 
 
 def postgres_options(url: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, int]]:
@@ -145,25 +165,27 @@ class PostgresLedger:
 
     async def _write(self, req: Write) -> bool:
         """One statement, so one round trip and no transaction left open between statements."""
-        assert req.single is not None
-        deadline = time.monotonic() + self.options["timeout"] / 1000
-        while True:
-            try:
-                async with self._conn() as conn:
-                    if self.before_write is not None:
-                        await self.before_write(conn)
-                    cur = await conn.execute(*req.single)
-                    row = await cur.fetchone()
-                return row is not None and int(row[0]) == 1
-            except _RETRY as exc:
-                # The server rolled the statement back: nothing was written, try again.
-                if time.monotonic() > deadline:
-                    raise BackendUnavailable(
-                        f"{self.url}: the work stayed locked by another session for over "
-                        f"{self.options['timeout']} ms; nothing was written",
-                        url=self.url, landed=False) from exc
-                self.busy_retries += 1
-                await asyncio.sleep(0.001)
+        single = req.single
+        assert single is not None
+
+        async def once() -> bool:
+            async with self._conn() as conn:
+                if self.before_write is not None:
+                    await self.before_write(conn)
+                cur = await conn.execute(*single)
+                row = await cur.fetchone()
+            return row is not None and int(row[0]) == 1
+
+        def busy() -> None:
+            self.busy_retries += 1
+
+        try:
+            return await while_busy(once, self.options["timeout"], busy)
+        except _RETRY as exc:
+            raise BackendUnavailable(
+                f"{self.url}: the work stayed locked by another session for over "
+                f"{self.options['timeout']} ms; nothing was written",
+                url=self.url, landed=False) from exc
 
     async def drive(self, flow: Generator[Request, Any, Any]) -> Any:
         steps = Steps(flow, lambda exc: BackendUnavailable(
