@@ -24,4 +24,4 @@ sweep-langgraph-pg: engine-langgraph
 
 bench-langgraph: install
 	mkdir -p .bench
-	$(PY) -m outlive_langgraph.bench --out .bench/langgraph.json
+	$(PY) adapters/langgraph/bench/bench_langgraph.py --out .bench/langgraph.json

@@ -32,7 +32,7 @@ async def _open(b: outlive.Backend, wid: str = "digest/q3") -> Controller:
 async def test_url_resolves_through_entry_points(lg_url: str) -> None:
     b = await outlive.open_backend(lg_url)
     try:
-        assert type(b).__module__ == "outlive_langgraph.backend"
+        assert type(b).__module__ == "outlive_langgraph._backend"
     finally:
         await b.close()
 

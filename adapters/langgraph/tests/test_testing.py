@@ -26,3 +26,29 @@ def test_run_attempt_moved_to_dispatch_and_is_still_importable() -> None:
     assert outlive_langgraph.run_attempt is _dispatch.run_attempt
     assert _engine.run_attempt is _dispatch.run_attempt  # type: ignore[attr-defined]
     assert "graph_attempt" in outlive_langgraph.__all__
+
+
+def test_the_skeleton_files_are_where_every_adapter_has_them() -> None:
+    """``_config`` (URL -> validated config), ``_backend``, ``_engine``, ``_dispatch``,
+    ``_errors`` (one mapper), ``testing``; the benchmark is not in the package."""
+    import sqlite3
+
+    from outlive_langgraph import _backend, _config, _errors
+
+    assert _config.parse_url("langgraph+memory://?durability=exit").durability == "exit"
+    assert _config.parse_url("langgraph+memory://").durability == "sync"
+    for bad in ("langgraph+memory://?durability=later", "langgraph+memory://?fsync=off"):
+        try:
+            _config.parse_url(bad)
+        except outlive.ConfigError:
+            pass
+        else:
+            raise AssertionError(f"{bad} was accepted")
+    assert isinstance(_errors.database_error(sqlite3.OperationalError("locked"), "u"),
+                      outlive.BackendUnavailable)
+    assert isinstance(_errors.database_error(sqlite3.DatabaseError("not a database"), "u"),
+                      outlive.InvalidRecord)
+    assert _errors.database_error(ValueError("mine"), "u") is None
+    assert outlive_langgraph.LangGraphSqliteBackend is _backend.LangGraphSqliteBackend
+    package = Path(outlive_langgraph.__file__).parent
+    assert not (package / "bench.py").exists()

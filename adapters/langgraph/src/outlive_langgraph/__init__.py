@@ -15,6 +15,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("outlive_langgraph needs LangGraph: pip install 'outlive[langgraph]'") from exc
 
+from ._backend import (
+    LangGraphBackend,
+    LangGraphMemoryBackend,
+    LangGraphSqliteBackend,
+    step_thread_id,
+)
 from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer, may_write
 from ._context import OWNER_KEYS, Durability, owner_of
 from ._dispatch import graph_attempt, run_attempt
@@ -28,12 +34,6 @@ from ._engine import (
     outlive_task,
     persist_for,
     run,
-)
-from .backend import (
-    LangGraphBackend,
-    LangGraphMemoryBackend,
-    LangGraphSqliteBackend,
-    step_thread_id,
 )
 
 __all__ = [

@@ -1,0 +1,336 @@
+"""``langgraph+sqlite:///PATH`` and ``langgraph+memory://``: outlive's ledger beside LangGraph's checkpoints.
+
+LangGraph restores a task's result by *position* (checkpoint, step, task name, call index) and no
+saver offers compare-and-set, so neither outlive's input-keyed journal nor its fenced ledger can
+be expressed with checkpoints alone. The ledger therefore lives beside the checkpoints, and is
+the core's own:
+
+* ``langgraph+sqlite``: the core SQL ledger store (tables ``outlive_works``, ``outlive_journal``)
+  in the **same file** as LangGraph's ``checkpoints``/``writes`` tables, on one aiosqlite
+  connection shared with an ``AsyncSqliteSaver`` (its own thread: off the event loop). The
+  saver's writes for an outlive attempt check the owner token inside their own transaction
+  (:mod:`._checkpoint`).
+* ``langgraph+memory``: the core ``memory://`` ledger and an ``InMemorySaver`` (one process).
+
+The graph-side shape (the user's ``@entrypoint`` or ``StateGraph`` on the user's thread) is in
+:mod:`._engine`. ``run_step`` is the external-worker shape the conformance harness drives: each
+``Worker.step`` body runs as one ``@task`` in an invocation of a one-task program on the attempt's
+own thread ``outlive:<work>:<attempt>``. Either way a step counts as journaled only when outlive's
+fenced write has committed: LangGraph saves task results in the background, even under
+``durability="sync"``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.func import entrypoint, task
+from langgraph.pregel import Pregel
+
+from outlive._memory import MemoryBackend
+from outlive.backend import Backend, StepCall
+from outlive.errors import BackendUnavailable, InvalidRecord
+from outlive.ledger import Command, Outcome
+from outlive.records import WorkState
+from outlive.sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
+
+from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer
+from ._config import parse_url
+from ._context import (
+    INSIDE_TASK,
+    PENDING_TASK_WRITE,
+    Durability,
+    TaskWrite,
+    running_task_write,
+)
+from ._errors import database_error
+
+__all__ = [
+    "Durability",
+    "LangGraphBackend",
+    "LangGraphMemoryBackend",
+    "LangGraphSqliteBackend",
+    "step_thread_id",
+]
+
+
+def step_thread_id(work_id: str, attempt: int) -> str:
+    """The thread of ``run_step``'s own one-task program (the external-worker shape only)."""
+    return f"outlive:{work_id}:{attempt}"
+
+
+class LangGraphBackend(Backend):
+    """Shared part: the step program (an ``@entrypoint`` around one ``@task``) and ``run_step``."""
+
+    #: URL options besides ``durability`` that the backend's store reads (and validates) itself.
+    store_options: ClassVar[tuple[str, ...]] = ()
+    #: Whether a step's journal entry and LangGraph's write of its task commit as one transaction.
+    merges_task_writes: ClassVar[bool] = False
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.durability: Durability = parse_url(url, self.store_options).durability
+        self._bodies: dict[str, Callable[[], Awaitable[Any]]] = {}
+        self._tasks: dict[str, Any] = {}
+        self._program: Pregel[Any, Any, Any, Any] | None = None
+
+    # -- the engine side -----------------------------------------------------------------------
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        """A fenced saver in the ledger's own database; pass it to your graph's ``compile``."""
+        raise NotImplementedError
+
+    def fence(self, saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
+        """Your own saver, with an outlive attempt's writes checked against this ledger first."""
+        return FencedCheckpointer(saver, self)
+
+    def _task_for(self, step: str) -> Any:
+        """One ``@task`` per step name, so checkpoint writes are labelled by the step."""
+        found = self._tasks.get(step)
+        if found is None:
+            bodies = self._bodies
+
+            async def body(key: str) -> Any:
+                return await bodies[key]()
+
+            # No retry policy: a retried body would be a second model call the ledger never saw.
+            found = task(name=f"outlive:{step}")(body)  # type: ignore[arg-type]
+            self._tasks[step] = found
+        return found
+
+    def _step_program(self) -> Pregel[Any, Any, Any, Any]:
+        if self._program is None:
+            tasks = self._task_for
+
+            @entrypoint(checkpointer=self.checkpointer)
+            async def outlive_step(call: dict[str, str]) -> Any:
+                return await tasks(call["step"])(call["key"])
+
+            self._program = outlive_step
+        return self._program
+
+    async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
+                                     value: Any) -> tuple[Outcome, bool]:
+        """Apply ``command`` and, in the same transaction, LangGraph's row for the task at
+        ``slot`` returning ``value``; ``(outcome, whether that row was written)``.
+
+        The row is written only when the command writes (a no-op writes nothing). This default
+        (a store with no shared transaction) writes the command alone.
+        """
+        return await self.execute(work_id, command), False
+
+    async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                             record: Callable[[Any], Command]) -> tuple[Any, Outcome]:
+        """Run a step and journal it in one transaction with LangGraph's write of its task.
+
+        Without this, a step costs two commits: the journal entry, then LangGraph's own save of
+        the task result (in the background, even under ``durability="sync"``). Here the task's
+        row is written with the journal entry and the saver answers LangGraph's later
+        ``put_writes`` of that very result as already committed. Inside an ``outlive_task`` the
+        row is the task's envelope; in ``run_step``'s one-task program, the body's result.
+        """
+        if INSIDE_TASK.get():
+            pending = PENDING_TASK_WRITE.get()
+            if pending is None or pending.step != call.step or pending.value \
+                    or pending.slot is None or not self.merges_task_writes:
+                return await super().run_and_record(call, fn, record)
+            token = PENDING_TASK_WRITE.set(None)  # steps inside the body are not this task
+            try:
+                result = await fn()
+            finally:
+                PENDING_TASK_WRITE.reset(token)
+            value = pending.make(call, result)
+            outcome, wrote = await self.record_with_task_write(call.work_id, record(result),
+                                                               pending.slot, value)
+            if wrote:
+                pending.value.append(value)
+            return result, outcome
+        if not self.merges_task_writes:
+            return await super().run_and_record(call, fn, record)
+        outcomes: list[Outcome] = []
+
+        async def body_and_record() -> Any:
+            slot = running_task_write()
+            result = await fn()
+            outcome, _ = await self.record_with_task_write(call.work_id, record(result), slot,
+                                                           result)
+            outcomes.append(outcome)
+            return result
+
+        result = await self.run_step(call, body_and_record)
+        return result, outcomes[0]
+
+    async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """Run the body once as a ``@task`` in an entrypoint invocation on the attempt's thread.
+
+        Inside an entrypoint that is already running (``outlive_task``), the body is already a
+        task, so it is awaited directly. The body is held in an in-process registry by a random
+        key: only the key crosses into the checkpoint, never the closure.
+        """
+        if INSIDE_TASK.get():
+            return await fn()
+        key = uuid.uuid4().hex
+        self._bodies[key] = fn
+        # No owner keys: this one-task program's thread belongs to one attempt, so nothing can
+        # fork it, and its writes are not the user's. The fenced write is the journal entry.
+        config: RunnableConfig = {
+            "configurable": {"thread_id": step_thread_id(call.work_id, call.attempt)}}
+        try:
+            return await self._step_program().ainvoke(
+                {"step": call.step, "key": key}, config, durability=self.durability)
+        except Exception as exc:
+            mapped = database_error(exc, self.url)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        finally:
+            self._bodies.pop(key, None)
+
+
+class LangGraphMemoryBackend(LangGraphBackend):
+    """``langgraph+memory://``: an InMemorySaver beside the core ``memory://`` ledger."""
+
+    capabilities = MemoryBackend.capabilities
+
+    def __init__(self, url: str = "langgraph+memory://") -> None:
+        super().__init__(url)
+        self.ledger = MemoryBackend()
+        # The fence only reads the work: no deep copy of the whole state on every LangGraph
+        # write (``load`` copies; on a long journal that made each step cost more than the last).
+        self._saver = FencedCheckpointer(InMemorySaver(), self.ledger,
+                                         peek=lambda work: self.ledger._works.get(work))
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        return self._saver
+
+    async def execute(self, work_id: str, command: Command) -> Outcome:
+        return await self.ledger.execute(work_id, command)
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return await self.ledger.load(work_id)
+
+    async def works(self) -> list[str]:
+        return await self.ledger.works()
+
+
+class LangGraphSqliteBackend(LangGraphBackend):
+    """``langgraph+sqlite:///PATH``: the core SQLite ledger and LangGraph's checkpoints, one file.
+
+    One aiosqlite connection carries both: the saver's statements and the ledger's transactions
+    (the core :class:`~outlive.sqlstore.SqliteLedgerStore`, run whole in the connection's own
+    thread) never wait on each other's file lock, and nothing blocks the event loop. Another
+    process's write lock is waited for in that thread (30 s, then ``BackendUnavailable``).
+    """
+
+    capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
+    merges_task_writes = True
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.path = sqlite_path(url)
+        self._store = SqliteLedgerStore(self.path)
+        self._saver: FencedAsyncSqliteSaver | None = None
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        return self._db()
+
+    def _db(self) -> FencedAsyncSqliteSaver:
+        if self._saver is None:
+            raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)",
+                                     url=self.url)
+        return self._saver
+
+    async def start(self) -> None:
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
+        conn: aiosqlite.Connection | None = None
+        try:
+            # Autocommit (the core store takes its own short write transactions; the fenced
+            # saver opens BEGIN IMMEDIATE itself).
+            conn = await aiosqlite.connect(self.path, timeout=30, isolation_level=None)
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=FULL")
+            await conn.executescript(SCHEMA)
+            # A truncated or damaged file fails here, before anything is written, not mid-run.
+            problems = [r[0] for r in await conn.execute_fetchall("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(str(p) for p in problems[:3]))
+            saver = FencedAsyncSqliteSaver(conn, self._store)
+            await saver.setup()
+        except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                await conn.close()
+            raise InvalidRecord(f"{self.path}: not a usable outlive/LangGraph database: {exc}",
+                                path=self.path) from exc
+        self._saver = saver
+
+    async def _in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn`` on the connection, in its thread, between two of the saver's writes."""
+        try:
+            return await self._db().in_thread(fn)
+        except sqlite3.DatabaseError as exc:
+            mapped = database_error(exc, self.path, path=self.path)
+            assert mapped is not None  # every sqlite3.DatabaseError maps
+            raise mapped from exc
+
+    async def execute(self, work_id: str, command: Command) -> Outcome:
+        store = self._store
+        out: Outcome = await self._in_thread(lambda conn: store.run(conn, work_id, command))
+        return out
+
+    async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
+                                     value: Any) -> tuple[Outcome, bool]:
+        """The core store's write transaction, with LangGraph's row added before its COMMIT."""
+        if slot is None:
+            return await self.execute(work_id, command), False
+        saver = self._db()
+        sql, rows = saver.task_rows(slot, value)
+        ledger = self._store
+        wrote: list[bool] = []
+
+        def run(conn: sqlite3.Connection) -> Outcome:
+            before = ledger.before_commit
+
+            def also(tx: sqlite3.Connection) -> None:
+                if before is not None:
+                    before(tx)
+                tx.executemany(sql, rows)
+                wrote.append(True)
+
+            ledger.before_commit = also  # this connection's thread, one write at a time
+            try:
+                return ledger.run(conn, work_id, command)
+            finally:
+                ledger.before_commit = before
+
+        out: Outcome = await self._in_thread(run)
+        if wrote:
+            saver.wrote(slot, value)
+        return out, bool(wrote)
+
+    async def load(self, work_id: str) -> WorkState | None:
+        store = self._store
+        state: WorkState | None = await self._in_thread(lambda conn: store.load(conn, work_id))
+        return state
+
+    async def works(self) -> list[str]:
+        store = self._store
+        names: list[str] = await self._in_thread(store.works)
+        return names
+
+    async def close(self) -> None:
+        self._program = None  # bound to this saver; a restarted backend builds a new one
+        if self._saver is not None:
+            await self._saver.conn.close()
+            self._saver = None
