@@ -13,8 +13,8 @@ import outlive
 from outlive import Contract, Controller, Worker
 from outlive import ledger as L
 
-V1 = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.1 million.",
-      "s3": "Costs fell by 3 percent.", "s4": "Outlook: cautious."}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its helpers
+from _q3 import V1, first_attempt
 
 
 def say(*words: str) -> None:
@@ -26,11 +26,7 @@ async def first(db: str, arg: str) -> None:
     done) or ``hold:sN`` (block inside step N's body until the parent kills the process)."""
     mode, at = arg.split(":")
     b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
-    ctl = Controller(b, clock=lambda: 0)
-    await ctl.open_work("q3")
-    await ctl.publish("q3", "v1", V1)
-    w = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
-    await w.start()
+    _ctl, w = await first_attempt(b, clock=lambda: 1)
     for k, text in V1.items():
         async def body(text: str, k: str = k) -> dict[str, Any]:
             if mode == "hold" and k == at:
@@ -53,11 +49,7 @@ async def program(db: str, at: str) -> None:
 
     b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
     assert isinstance(b, LangGraphBackend)
-    ctl = Controller(b, clock=lambda: 0)
-    await ctl.open_work("q3")
-    await ctl.publish("q3", "v1", V1)
-    w = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
-    await w.start()
+    _ctl, w = await first_attempt(b, clock=lambda: 1)
 
     section_of = {text: k for k, text in V1.items()}
 

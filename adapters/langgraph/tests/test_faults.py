@@ -17,7 +17,7 @@ import outlive
 from outlive import Controller, Worker
 from outlive_langgraph import step_thread_id
 
-from ._q3 import V1
+from ._q3 import V1, first_attempt
 
 CHILD = str(Path(__file__).with_name("_child.py"))
 
@@ -96,11 +96,7 @@ def test_kill_mid_step_then_a_new_process_finishes(tmp_path: Path) -> None:
 async def _make_db(path: Path) -> None:
     b = await outlive.open_backend(f"langgraph+sqlite:///{path}")
     try:
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
-        await w.start()
+        _ctl, w = await first_attempt(b, clock=lambda: 1)
         for k, text in V1.items():
             await w.step(k, lambda text: {"summary": text * 40}, text=text)
     finally:

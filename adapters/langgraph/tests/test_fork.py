@@ -20,11 +20,11 @@ from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 
 import outlive
-from outlive import Controller, Worker
+from outlive import Worker
 from outlive import ledger as L
 from outlive_langgraph import LangGraphBackend, current_worker, outlive_task, run
 
-from ._q3 import V1, V2
+from ._q3 import V1, V2, first_attempt
 
 
 async def test_plain_langgraph_forks_and_the_stale_writer_wins(tmp_path: Path) -> None:
@@ -84,11 +84,7 @@ async def test_the_same_program_on_outlive_refuses_the_late_writer(tmp_path: Pat
             parts = [await summarise(section=k, text=v) for k, v in report.items()]
             return (await current_worker().candidate({"revenue": parts[1]})).digest
 
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w1 = Worker(b, await ctl.admit("q3"), V1)
-        await w1.start()
+        ctl, w1 = await first_attempt(b)
         stale = asyncio.create_task(run(digest, V1, worker=w1))
         await asyncio.wait_for(held.wait(), 10)
         await ctl.publish("q3", "v2", V2)
@@ -141,11 +137,7 @@ async def paused_attempt_cannot_fork(url: str) -> None:
         g.add_edge("draft", END)
         graph = g.compile(checkpointer=b.checkpointer)
 
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w1 = Worker(b, await ctl.admit("q3"), V1)
-        await w1.start()
+        ctl, w1 = await first_attempt(b)
         thread: RunnableConfig = {"configurable": {"thread_id": "q3-report"}}
         stale = asyncio.create_task(run(graph, {"report": "v1"}, worker=w1, config=thread))
         await asyncio.wait_for(held.wait(), 10)
@@ -187,10 +179,7 @@ async def test_the_users_own_saver_is_fenced_too(tmp_path: Path) -> None:
         g.add_node(draft)
         g.add_edge(START, "draft")
         graph = g.compile(checkpointer=saver)
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w1 = Worker(b, await ctl.admit("q3"), V1)
+        ctl, w1 = await first_attempt(b, start=False)
         thread: RunnableConfig = {"configurable": {"thread_id": "mine"}}
         assert (await run(graph, {"report": "a"}, worker=w1, config=thread))["draft"] == "a"
         await b.execute("q3", L.MarkUnknown(attempt=1, at=5))

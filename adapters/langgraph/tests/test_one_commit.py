@@ -18,20 +18,16 @@ import pytest
 from langgraph.func import entrypoint
 
 import outlive
-from outlive import Controller, External, Worker
+from outlive import External, Worker
 from outlive_langgraph import FencedAsyncSqliteSaver, LangGraphBackend, _engine, outlive_task, run
 
-from ._q3 import V1
+from ._q3 import first_attempt
 
 N = 6
 
 
 async def _worker(b: outlive.Backend) -> Worker:
-    ctl = Controller(b, clock=lambda: 0)
-    await ctl.open_work("q3")
-    await ctl.publish("q3", "v1", V1)
-    w = Worker(b, await ctl.admit("q3"), V1)
-    await w.start()
+    _ctl, w = await first_attempt(b)
     return w
 
 

@@ -21,7 +21,7 @@ from outlive_langgraph import outlive_task, run, step_thread_id
 from outlive_langgraph.pgserver import PostgresServer
 from outlive_langgraph.postgres import FencedAsyncPostgresSaver
 
-from ._q3 import V1, V2
+from ._q3 import V1, V2, first_attempt
 from .test_fork import Draft, paused_attempt_cannot_fork
 
 
@@ -37,11 +37,7 @@ async def test_fencing_and_restore_on_postgres(pg_server: PostgresServer) -> Non
     url = pg_server.create_database(db)
     b = await outlive.open_backend(url)
     try:
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w1 = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
-        await w1.start()
+        ctl, w1 = await first_attempt(b, clock=lambda: 1)
         for k in ("s1", "s2"):
             await w1.step(k, lambda text: {"s": text}, text=V1[k])
         await ctl.publish("q3", "v2", V2)
@@ -137,11 +133,7 @@ async def test_no_admission_commits_between_the_fence_check_and_the_write(
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
         graph = _draft_graph(saver)
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w1 = Worker(b, await ctl.admit("q3"), V1)
-        await w1.start()
+        _ctl, w1 = await first_attempt(b)
         held, release = asyncio.Event(), asyncio.Event()
 
         async def pause(owner: tuple[str, int, int]) -> None:
@@ -182,11 +174,7 @@ async def test_a_writer_paused_inside_the_fence_is_cut_off(pg_server: PostgresSe
     try:
         saver = b1.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
-        ctl = Controller(b1, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w1 = Worker(b1, await ctl.admit("q3"), V1)
-        await w1.start()
+        _ctl, w1 = await first_attempt(b1)
         held, release = asyncio.Event(), asyncio.Event()
 
         async def pause(owner: tuple[str, int, int]) -> None:
@@ -231,11 +219,7 @@ async def test_a_step_is_one_transaction_with_langgraphs_task_write(
         async def prog(n: int) -> list[int]:
             return [(await step(i))["i"] for i in range(n)]
 
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w = Worker(b, await ctl.admit("q3"), V1)
-        await w.start()
+        _ctl, w = await first_attempt(b)
         assert await run(prog, 5, worker=w) == list(range(5))
         assert saver.merged == 5
         for i in range(3):

@@ -16,7 +16,7 @@ import pytest
 from langgraph.func import entrypoint
 
 import outlive
-from outlive import Contract, Controller, Worker
+from outlive import Contract, Worker
 from outlive import ledger as L
 from outlive_langgraph import (
     LangGraphBackend,
@@ -26,7 +26,7 @@ from outlive_langgraph import (
     run,
 )
 
-from ._q3 import V1, V2
+from ._q3 import V1, V2, first_attempt
 
 CONTRACT = Contract(name="form", version="1", assessor="test")
 
@@ -71,12 +71,7 @@ async def test_durability_modes_give_the_seed_call_counts(
         h = Harness()
         h.hold_at = (1, "s3")
         program = make_program(b, h)
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        a1 = await ctl.admit("q3")
-        w1 = Worker(b, a1, V1, persist=persist_for(durability), clock=lambda: 1)
-        await w1.start()
+        ctl, w1 = await first_attempt(b, persist=persist_for(durability), clock=lambda: 1)
         first = asyncio.create_task(run(program, V1, worker=w1, durability=durability))
         await asyncio.wait_for(h.held.wait(), 10)
         # t4: the corrected report; t5: #1 is silent -> unknown; #2 admitted on v2
@@ -112,11 +107,7 @@ async def test_langgraph_keeps_none_of_the_stale_task_write(tmp_path: Path) -> N
         h = Harness()
         h.hold_at = (1, "s3")
         program = make_program(b, h)
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("q3")
-        await ctl.publish("q3", "v1", V1)
-        w1 = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 1)
-        await w1.start()
+        ctl, w1 = await first_attempt(b, clock=lambda: 1)
         first = asyncio.create_task(run(program, V1, worker=w1))
         await asyncio.wait_for(h.held.wait(), 10)
         await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
@@ -148,10 +139,7 @@ async def test_outlive_task_outside_run_is_refused(backend: outlive.Backend) -> 
 
 async def test_durability_and_persist_must_agree(backend: outlive.Backend) -> None:
     assert isinstance(backend, LangGraphBackend)
-    ctl = Controller(backend, clock=lambda: 0)
-    await ctl.open_work("w")
-    await ctl.publish("w", "v1", V1)
-    w = Worker(backend, await ctl.admit("w"), V1, persist="step")
+    _ctl, w = await first_attempt(backend, work="w", start=False, persist="step")
     program = make_program(backend, Harness())
     with pytest.raises(outlive.ConfigError):
         await run(program, V1, worker=w, durability="exit")
@@ -173,11 +161,7 @@ async def test_plain_outlive_task_names_each_step_from_its_function_and_inputs(
     async def digest(report: dict[str, str]) -> list[str]:
         return [await summarise(t) for t in report.values()]
 
-    ctl = Controller(backend, clock=lambda: 0)
-    await ctl.open_work("q3")
-    await ctl.publish("q3", "v1", V1)
-    w1 = Worker(backend, await ctl.admit("q3"), V1)
-    await w1.start()
+    ctl, w1 = await first_attempt(backend)
     await run(digest, V1, worker=w1)
     await w1.finish()
     await ctl.publish("q3", "v2", V2)

@@ -98,6 +98,16 @@ def state_graph(b: LangGraphBackend, model: Model) -> Any:
     return g.compile(checkpointer=b.checkpointer)
 
 
+async def _shaped(backend: outlive.Backend, shape: str,
+                  mode: str) -> tuple[Model, Any, Worker, Any]:
+    """The model, the program in the given shape, a started attempt, the program's input."""
+    assert isinstance(backend, LangGraphBackend)
+    model = Model(mode)
+    program = (functional if shape == "functional" else state_graph)(backend, model)
+    first_input: Any = REPORT if shape == "functional" else {"report": REPORT}
+    return model, program, await _worker(backend), first_input
+
+
 def _parts(out: Any) -> list[str]:
     return list(out["parts"]) if isinstance(out, dict) and "parts" in out else list(out)
 
@@ -105,11 +115,7 @@ def _parts(out: Any) -> list[str]:
 @pytest.mark.parametrize("shape", ["functional", "stategraph"])
 async def test_resume_after_interrupt_gives_each_step_its_own_result(
         backend: outlive.Backend, shape: str) -> None:
-    assert isinstance(backend, LangGraphBackend)
-    model = Model("review")
-    program = (functional if shape == "functional" else state_graph)(backend, model)
-    w = await _worker(backend)
-    first_input: Any = REPORT if shape == "functional" else {"report": REPORT}
+    model, program, w, first_input = await _shaped(backend, shape, "review")
     first = await run(program, first_input, worker=w, thread_id="q3-report")
     assert "__interrupt__" in first, "the person has not answered yet"
     assert await _journal(backend) == [("s1", "A")]
@@ -122,11 +128,7 @@ async def test_resume_after_interrupt_gives_each_step_its_own_result(
 @pytest.mark.parametrize("shape", ["functional", "stategraph"])
 async def test_continue_after_a_failure_gives_each_step_its_own_result(
         backend: outlive.Backend, shape: str) -> None:
-    assert isinstance(backend, LangGraphBackend)
-    model = Model("fail")
-    program = (functional if shape == "functional" else state_graph)(backend, model)
-    w = await _worker(backend)
-    first_input: Any = REPORT if shape == "functional" else {"report": REPORT}
+    model, program, w, first_input = await _shaped(backend, shape, "fail")
     with pytest.raises(RuntimeError, match="model is down"):
         await run(program, first_input, worker=w, thread_id="q3-report")
     out = await run(program, None, worker=w, thread_id="q3-report")
@@ -139,11 +141,7 @@ async def test_continue_after_a_failure_gives_each_step_its_own_result(
 async def test_resume_at_an_earlier_checkpoint_gives_each_step_its_own_result(
         backend: outlive.Backend, shape: str) -> None:
     """Time travel: resume the interrupt from a checkpoint picked out of the thread's history."""
-    assert isinstance(backend, LangGraphBackend)
-    model = Model("review")
-    program = (functional if shape == "functional" else state_graph)(backend, model)
-    w = await _worker(backend)
-    first_input: Any = REPORT if shape == "functional" else {"report": REPORT}
+    _model, program, w, first_input = await _shaped(backend, shape, "review")
     await run(program, first_input, worker=w, thread_id="q3-report")
     cfg = attempt_config(w, {"configurable": {"thread_id": "q3-report"}})
     history = [s async for s in program.aget_state_history(cfg)]
