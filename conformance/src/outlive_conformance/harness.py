@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -39,6 +39,7 @@ from outlive import (
     content_hash,
 )
 from outlive import ledger as L
+from outlive.backend import StepCall
 from outlive.errors import ContractFailed, FencingError, ScenarioError, StaleOwner, VersionMismatch
 from outlive.hashing import short
 from outlive.records import Candidate, InputVersion, WorkState
@@ -214,10 +215,95 @@ class _HarnessDispatcher(Dispatcher):
         await self.run.admitted(assignment)
 
 
+class _ReadOnce(Backend):
+    """The run's backend, read once between two writes.
+
+    The harness plays every party of the run in this process, so every write to the run's work
+    goes through here: a read while no write is in flight and none happened since the last read
+    returns that read's state. What every party decides is what it would decide reading the
+    ledger each time; an engine reached over the network just answers a fraction of the reads.
+    Any call that can write (a command, a step, a step and its record) drops what was read when
+    it starts and when it ends, and while it runs nothing read is kept, except while one of its
+    step bodies runs: an engine writes a step's record after its body, never during it (a body
+    held for several ticks, a paused worker's, would otherwise turn every read back on).
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner.url)
+        self.inner = inner
+        self.started = inner.started
+        self._read: dict[str, WorkState | None] = {}
+        self._writing = 0
+        self._writes = 0
+
+    @property
+    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
+        return self.inner.capabilities
+
+    def _moved(self, by: int) -> None:
+        self._writing += by
+        self._writes += 1
+        self._read.clear()
+
+    async def load(self, work_id: str) -> WorkState | None:
+        if not self._writing and work_id in self._read:
+            return self._read[work_id]
+        seen = self._writes
+        st = await self.inner.load(work_id)
+        if not self._writing and seen == self._writes:
+            self._read[work_id] = st
+        return st
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        self._moved(1)
+        try:
+            return await self.inner.execute(work_id, command)
+        finally:
+            self._moved(-1)
+
+    def _body(self, fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+        """``fn`` as the engine runs it: while it runs, its call is not writing."""
+        async def body() -> Any:
+            self._moved(-1)
+            try:
+                return await fn()
+            finally:
+                self._moved(1)
+        return body
+
+    async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
+        self._moved(1)
+        try:
+            return await self.inner.run_step(call, self._body(fn))
+        finally:
+            self._moved(-1)
+
+    async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                             record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
+        self._moved(1)
+        try:
+            return await self.inner.run_and_record(call, self._body(fn), record)
+        finally:
+            self._moved(-1)
+
+    async def run_and_record_many(
+            self, calls: list[StepCall], fns: list[Callable[[], Awaitable[Any]]],
+            records: list[Callable[[Any], L.Command]]) -> list[Any]:
+        self._moved(1)
+        try:
+            return await self.inner.run_and_record_many(calls, [self._body(f) for f in fns],
+                                                        records)
+        finally:
+            self._moved(-1)
+
+    async def works(self) -> list[str]:
+        return await self.inner.works()
+
+
 class _Run:
     def __init__(self, backend: Backend, sc: Scenario, sw: Switches, work_id: str,
                  trace: bool) -> None:
-        self.b = backend
+        self.b = backend = _ReadOnce(backend)
         self.sc = sc
         self.sw = sw
         self.work = work_id
@@ -771,8 +857,9 @@ class _Run:
                                  lane=f"attempt:{actor.number}",
                                  mark="crash" if actor.phase == "crashed" else "silent")
                         return
-            st2 = await self.state()
-            if self.latest_for(actor, st2) is not None and self.complete_for(actor, st2):
+            # only an attempt with a digest to announce can be done: only it reads the ledger again
+            if self.latest_for(actor, st) is not None \
+                    and self.complete_for(actor, await self.state()):
                 await w.finish()
                 actor.phase = "done"
                 self.log("attempt", f"#{actor.number} finishes: its digest is accepted and "
@@ -895,18 +982,19 @@ class _Run:
                  vhash=self.vhash(version), figure=sc.figure(version), previous=previous)
 
     async def done(self) -> bool:
-        st = await self.state()
         live = any(a.phase in ("starting", "work", "awaiting") for a in self.actors)
         held = self.sw.silent == "paused" and any(
             a.phase == "held" and a.silence is not None and self.tick < a.silence.wake_at
             for a in self.actors)
         future = any(t > self.tick for t in self.schedule) or held or \
             self.tick < max([self.sc.consumer.ready_at, *(c.ready_at for c in self.sc.consumers)])
-        return (self.complete(st) and not live and not future and self.news_start is not None
-                and not self.pending_cands)
+        if live or future or self.news_start is None or self.pending_cands:
+            return False          # decided by what this process knows: the ledger is not read
+        return self.complete(await self.state())
 
     async def summary(self, finished: bool) -> RunSummary:
-        st = await self.state()
+        st = await self.b.inner.load(self.work)    # judged on what the engine holds now, unread
+        assert st is not None
         sc = self.sc
         assert st.current_version is not None
         invariants = judge(st, Observations(

@@ -173,9 +173,15 @@ class HandlerDrivenBackend(RestateBackend):
         self._seq = itertools.count()
         self._stop: asyncio.Event | None = None
         self._serving: asyncio.Task[None] | None = None
+        #: The attempts' invocations, each held open for the attempt's life, on their own
+        #: connections: in the commands' pool they would make every request scan them.
+        self._held: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
         await super().start()
+        self._held = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0),
+                                       limits=httpx.Limits(max_connections=None,
+                                                           max_keepalive_connections=16))
         from hypercorn.asyncio import serve
         from hypercorn.config import Config
 
@@ -227,6 +233,9 @@ class HandlerDrivenBackend(RestateBackend):
         if self._serving is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(self._serving, 5)
+        if self._held is not None:
+            await self._held.aclose()
+            self._held = None
         await super().close()
 
     def _box(self, work_id: str, attempt: int, token: int) -> _Box:
@@ -243,8 +252,10 @@ class HandlerDrivenBackend(RestateBackend):
 
         async def send() -> None:
             try:
-                await self._client().post(f"{self.ingress}/{self.service}/attempt",
-                                          content=name.encode(), headers=headers)
+                if self._held is None:
+                    raise BackendUnavailable(f"{self.url}: backend not started")
+                await self._held.post(f"{self.ingress}/{self.service}/attempt",
+                                      content=name.encode(), headers=headers)
             finally:
                 box.open = False
                 _BOXES.pop(name, None)
