@@ -4,7 +4,9 @@ Every attempt runs in its own ``outlive worker`` process. The run's folder (``OU
 holds the input versions, the feed's database, a log of model calls, and an optional
 ``crash.json`` — ``{"attempt": 1, "point": "after-model:s2", "signal": "KILL"}`` — that makes
 that attempt signal itself exactly at that boundary (after writing ``hit-<attempt>``), so a
-test knows where the process stopped without racing it.
+test knows where the process stopped without racing it. With ``"hold": true`` the attempt first
+waits at the boundary until the test writes ``go-<attempt>``, so the test can act there (publish
+a new version) before the signal.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def _point(ctx: AttemptContext, name: str) -> None:
     if crash["attempt"] != ctx.attempt.number or crash["point"] != name:
         return
     (run_dir() / f"hit-{ctx.attempt.number}").write_text(f"{name} {time.time()}")
+    if crash.get("hold"):
+        # The test acts at this boundary first (publishes a new version), then lets it die.
+        go = run_dir() / f"go-{ctx.attempt.number}"
+        end = time.monotonic() + 300
+        while not go.exists() and time.monotonic() < end:
+            time.sleep(0.01)
     # sqlite:// writes on a thread of its own: let a lease renewal in flight finish, or the pause
     # would land inside that write and keep the file's write lock (what an embedded file cannot
     # fence; the point under test is the boundary, not that).

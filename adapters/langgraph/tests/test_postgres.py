@@ -148,8 +148,20 @@ async def test_no_admission_commits_between_the_fence_check_and_the_write(
         takeover = asyncio.create_task(_takeover(b))
         await asyncio.sleep(0.3)
         assert not takeover.done(), "no ledger write commits inside #1's fenced write"
+
+        async def next_write_after_takeover() -> None:
+            # The takeover is three commands (publish, mark unknown, admit). #1's next write
+            # must come after all three, not between them: the saver's lock is first-come,
+            # first-served and #1 (sync durability) cannot ask for it again before its held
+            # write returns, so this waiter is served first.
+            async with saver.lock:
+                await takeover
+
+        gate = asyncio.create_task(next_write_after_takeover())
+        await asyncio.sleep(0)
         release.set()
         w2 = await asyncio.wait_for(takeover, 30)
+        await gate
         with pytest.raises(outlive.StaleOwner):
             await stale                              # #1's next write is refused
         assert (await run(graph, {"report": "v2"}, worker=w2, config=thread))["draft"] == \
