@@ -251,3 +251,28 @@ async def test_a_connection_left_mid_command_is_not_handed_out_again(
         await b.execute("busy", L.Heartbeat(attempt=1, token=1, at=5))
     finally:
         await b.close()
+
+
+async def test_a_loaded_state_cannot_reach_the_stores_cache(pg_server: PostgresServer) -> None:
+    """``load`` hands out a copy: editing what it returned changes neither the next load nor
+    what the next command is applied to (the store keeps the work cached between commands)."""
+    b = await outlive.open_backend(_db(pg_server, "copy"))
+    try:
+        ctl = Controller(b, clock=lambda: 0)
+        await ctl.open_work("w")
+        await ctl.publish("w", "v1", {"s1": "x"})
+        w = Worker(b, await ctl.admit("w"), {"s1": "x"}, clock=lambda: 1)
+        await w.start()
+        await w.step("s1", lambda s1: {"r": s1}, s1="x")
+        st = await b.load("w")
+        assert st is not None
+        st.journal[0].result["r"] = "edited"
+        st.journal[0].sources.clear()
+        st.inputs[0].parts["s1"] = "edited"
+        await w.heartbeat()
+        fresh = await b.load("w")
+        assert fresh is not None
+        assert fresh.journal[0].result == {"r": "x"}
+        assert fresh.journal[0].sources and fresh.inputs[0].parts["s1"] != "edited"
+    finally:
+        await b.close()

@@ -12,11 +12,12 @@ import dataclasses
 import reprlib
 import types
 import typing
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, Union
 
 from .errors import InvalidRecord
-from .hashing import check_json
+from .hashing import MAX_DEPTH, check_json
 
 __all__ = ["INT_MAX", "INT_MIN", "check_fields", "check_id"]
 
@@ -45,11 +46,114 @@ def check_id(value: Any, what: str) -> str:
 
 
 def check_fields(value: Any, path: str = "") -> None:
-    """Raise :class:`~outlive.errors.InvalidRecord` unless ``value``'s fields match their types."""
+    """Raise :class:`~outlive.errors.InvalidRecord` unless ``value``'s fields match their types.
+
+    A check compiled once per class answers the common case (every field fine) without building
+    a path string per field; only when it says no does the step-by-step walk below run, to find
+    the first bad field and name it (that walk alone decides, so the messages never change).
+    """
     cls = type(value)
+    ok = _FAST.get(cls)
+    if ok is None:
+        ok = _FAST[cls] = _fast_record(cls)
+    if ok(value):
+        return
     name = path or cls.__name__
     for f in dataclasses.fields(value):
         _check(getattr(value, f.name), _hints(cls)[f.name], f"{name}.{f.name}")
+
+
+# -- the compiled fast path: True only for a value the walk below would accept -------------------
+_Ok = Callable[[Any], bool]
+_FAST: dict[type, _Ok] = {}
+
+
+def _utf8(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_ok(value: Any, depth: int = 0) -> bool:
+    """What :func:`outlive.hashing.check_json` accepts (its usual types; anything unusual: no)."""
+    t = type(value)
+    if t is str:
+        return _utf8(value)
+    if value is None or t is bool:
+        return True
+    if t is int:
+        return bool(INT_MIN <= value <= INT_MAX)
+    if depth >= MAX_DEPTH:
+        return False
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str or not _utf8(k) or not _json_ok(v, depth + 1):
+                return False
+        return True
+    if t is list or t is tuple:
+        for v in value:
+            if not _json_ok(v, depth + 1):
+                return False
+        return True
+    return False
+
+
+def _fast_record(cls: type) -> _Ok:
+    if not dataclasses.is_dataclass(cls):
+        return lambda value: False
+    checks = tuple((f.name, _fast(_hints(cls)[f.name])) for f in dataclasses.fields(cls))
+
+    def ok(value: Any) -> bool:
+        for name, check in checks:
+            if not check(getattr(value, name)):
+                return False
+        return True
+    return ok
+
+
+def _fast(tp: Any) -> _Ok:
+    """A predicate for ``tp``: never True where :func:`_check` would raise (it may say no more
+    often; then the walk decides)."""
+    if tp is Any:
+        return _json_ok
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        none_ok = type(None) in options
+        checks = tuple(_fast(o) for o in options if o is not type(None))
+        if len(checks) == 1:
+            (one,) = checks
+            return lambda v: (v is None and none_ok) or one(v)
+        return lambda v: (v is None and none_ok) or any(c(v) for c in checks)
+    if origin is tuple:
+        item = _fast(typing.get_args(tp)[0])
+        return lambda v: type(v) is tuple and all(item(x) for x in v)
+    if origin is dict:
+        key_tp, val_tp = typing.get_args(tp)
+        fk, fv = _fast(key_tp), _fast(val_tp)
+        return lambda v: type(v) is dict and all(fk(k) and fv(x) for k, x in v.items())
+    if tp is bool:
+        return lambda v: type(v) is bool
+    if tp is int:
+        return lambda v: type(v) is int and INT_MIN <= v <= INT_MAX
+    if tp is str:
+        return lambda v: type(v) is str and (v.isascii() or _utf8(v))
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return lambda v: type(v) is tp
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        def record(v: Any) -> bool:
+            if type(v) is not tp:
+                return False
+            ok = _FAST.get(tp)
+            if ok is None:
+                ok = _FAST[tp] = _fast_record(tp)
+            return ok(v)
+        return record
+    return lambda v: False
 
 
 def _fail(path: str, expected: str, value: Any) -> InvalidRecord:

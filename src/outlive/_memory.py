@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 
+from ._clone import clone
 from .backend import Backend, url_options
 from .ledger import Command, Outcome, apply, changed, check_work_id
 from .records import WorkState
@@ -34,7 +34,8 @@ class MemoryBackend(Backend):
     async def load(self, work_id: str) -> WorkState | None:
         """A copy: nothing a caller does to it reaches the stored state."""
         check_work_id(work_id)
-        return copy.deepcopy(self._works.get(work_id))
+        state = self._works.get(work_id)
+        return clone(state) if state is not None else None
 
     async def works(self) -> list[str]:
         return sorted(self._works)

@@ -17,7 +17,6 @@ changes the file); ``?mode=rw`` (the default) creates the file and its tables if
 from __future__ import annotations
 
 import asyncio
-import copy
 import os
 import sqlite3
 import time
@@ -110,8 +109,8 @@ class SqliteBackend(Backend):
         return await self._call(lambda conn: self.ledger.run(conn, work_id, command))
 
     async def load(self, work_id: str) -> WorkState | None:
-        # a copy: the store's cached state must not be reachable by the caller
-        return copy.deepcopy(await self._call(lambda conn: self.ledger.load(conn, work_id)))
+        # a copy (made by the store): its cached state is not reachable by the caller
+        return await self._call(lambda conn: self.ledger.load(conn, work_id))
 
     async def works(self) -> list[str]:
         return await self._call(self.ledger.works)

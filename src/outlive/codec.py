@@ -35,25 +35,66 @@ for _mod in (records, ledger):
 _MAX_NESTING = MAX_DEPTH + 20
 
 
+#: Per record class: its tag and field names (``dataclasses.fields`` is not free).
+_NAMES: dict[type, tuple[str, tuple[str, ...]]] = {}
+_PLAIN = (str, int, bool, type(None))
+
+
+def _record(value: Any, t: type, depth: int) -> dict[str, Any]:
+    spec = _NAMES.get(t)
+    if spec is None:
+        spec = _NAMES[t] = (t.__name__, tuple(f.name for f in dataclasses.fields(value)))
+    out: dict[str, Any] = {}
+    for name in spec[1]:
+        v = getattr(value, name)
+        out[name] = v if type(v) in _PLAIN else encode(v, depth + 1)
+    return {"@t": spec[0], "v": out}
+
+
 def encode(value: Any, _depth: int = 0) -> Any:
-    if _depth > _MAX_NESTING:
-        raise InvalidRecord(f"cannot encode a value nested more than {MAX_DEPTH} deep")
+    if _depth >= _MAX_NESTING:
+        return _deepest(value, _depth)
+    t = type(value)
+    if t in _PLAIN:
+        return value
+    if t is dict:
+        return {"@d": {str(k): v if type(v) in _PLAIN else encode(v, _depth + 1)
+                       for k, v in value.items()}}
+    if t is tuple:
+        return {"@l": [v if type(v) in _PLAIN else encode(v, _depth + 1) for v in value]}
     if isinstance(value, Enum):
-        return {"@e": type(value).__name__, "v": value.value}
-    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"@e": t.__name__, "v": value.value}
+    if isinstance(value, (bool, int, float, str)):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            "@t": type(value).__name__,
-            "v": {f.name: encode(getattr(value, f.name), _depth + 1)
-                  for f in dataclasses.fields(value)},
-        }
+        return _record(value, t, _depth)
     if isinstance(value, tuple):
         return {"@l": [encode(v, _depth + 1) for v in value]}
     if isinstance(value, list):
         return [encode(v, _depth + 1) for v in value]
     if isinstance(value, dict):
         return {"@d": {str(k): encode(v, _depth + 1) for k, v in value.items()}}
+    raise InvalidRecord(f"cannot encode {type(value).__name__}")
+
+
+def _deepest(value: Any, depth: int) -> Any:
+    """At the nesting limit: every item, scalars included, goes through the depth check."""
+    if depth > _MAX_NESTING:
+        raise InvalidRecord(f"cannot encode a value nested more than {MAX_DEPTH} deep")
+    if isinstance(value, Enum):
+        return {"@e": type(value).__name__, "v": value.value}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"@t": type(value).__name__,
+                "v": {f.name: encode(getattr(value, f.name), depth + 1)
+                      for f in dataclasses.fields(value)}}
+    if isinstance(value, tuple):
+        return {"@l": [encode(v, depth + 1) for v in value]}
+    if isinstance(value, list):
+        return [encode(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {"@d": {str(k): encode(v, depth + 1) for k, v in value.items()}}
     raise InvalidRecord(f"cannot encode {type(value).__name__}")
 
 
@@ -101,8 +142,12 @@ def decode(value: Any, _depth: int = 0) -> Any:
     raise InvalidRecord("untagged mapping in encoded record")
 
 
+#: Built once: ``json.dumps`` with non-default options builds a new encoder on every call.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(encode(value), separators=(",", ":"), ensure_ascii=False)
+    return _JSON.encode(encode(value))
 
 
 def loads(text: str | bytes) -> Any:

@@ -66,10 +66,14 @@ def _check(value: Any, path: str, depth: int) -> None:
     raise InvalidRecord(f"{path}: {type(value).__name__} is not a canonical JSON value", path=path)
 
 
+#: Built once: ``json.dumps`` with non-default options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical(value: Any) -> bytes:
     """The canonical byte form of a JSON-like value (raises InvalidRecord for anything else)."""
     _check(value, "$", 0)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def content_hash(value: Any) -> str:

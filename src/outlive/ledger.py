@@ -10,13 +10,13 @@ can never half-write.
 
 from __future__ import annotations
 
-import copy
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from . import errors as E
 from ._check import check_fields, check_id
+from ._clone import clone, evolve
 from .hashing import canonical, content_hash, input_key
 from .records import (
     Acceptance,
@@ -479,7 +479,7 @@ def _alive(att: Attempt, at: int, *, resume: bool = True) -> Attempt:
     A write ends a wait (``resume``); a heartbeat while ``waiting`` keeps the attempt waiting.
     """
     keep = att.state is AttemptState.WAITING and not resume
-    return replace(att, state=AttemptState.WAITING if keep else AttemptState.RUNNING,
+    return evolve(att, state=AttemptState.WAITING if keep else AttemptState.RUNNING,
                    last_heartbeat=max(att.last_heartbeat, at), signs=att.signs + 1,
                    waiting_for=att.waiting_for if keep else None)
 
@@ -598,9 +598,9 @@ def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None,
         check_work_id(work_id)
     if now is not None and (type(now) is not int):
         raise E.InvalidRecord("the store's clock must be an integer", field="now")
-    cmd = copy.deepcopy(cmd)
+    cmd = clone(cmd)
     new, outcome = _apply(state, cmd, work_id, now)
-    return new, copy.deepcopy(outcome)
+    return new, clone(outcome)
 
 
 def _apply(state: WorkState | None, cmd: Command, work_id: str | None,
@@ -624,7 +624,7 @@ def _apply(state: WorkState | None, cmd: Command, work_id: str | None,
         raise E.InvalidRecord(f"unknown command {type(cmd).__name__}")
     new, outcome = handler(state, cmd, now)
     if new is not state and new.seq == state.seq:
-        new = replace(new, seq=state.seq + 1)  # every change moves seq: caches key on it
+        new = evolve(new, seq=state.seq + 1)  # every change moves seq: caches key on it
     return new, outcome
 
 
@@ -639,7 +639,7 @@ def _publish(state: WorkState, cmd: PublishInput, now: int | None) -> tuple[Work
         return state, Outcome(kind="exists", record=old, seq=state.seq)
     seq = state.seq + 1
     v = InputVersion(version=cmd.version, parts=dict(cmd.parts), seq=seq, at=cmd.at)
-    new = replace(state, inputs=(*state.inputs, v), current_version=v.version, seq=seq)
+    new = evolve(state, inputs=(*state.inputs, v), current_version=v.version, seq=seq)
     return new, Outcome(kind="published", record=v, seq=seq)
 
 
@@ -653,9 +653,9 @@ def _admit(state: WorkState, cmd: Admit, now: int | None) -> tuple[WorkState, Ou
         if cur.key_hash == cmd.key_hash:
             return state, Outcome(kind="exists", record=cur, seq=state.seq)
         if cur.signs == 0:
-            att = replace(cur, key_hash=cmd.key_hash)
+            att = evolve(cur, key_hash=cmd.key_hash)
             seq = state.seq + 1
-            new = replace(state, attempts=_replace_attempt(state, att), seq=seq)
+            new = evolve(state, attempts=_replace_attempt(state, att), seq=seq)
             return new, Outcome(kind="rekeyed", record=att, seq=seq)
         raise E.AttemptActive(
             f"attempt #{cur.number} for request {cmd.request_id!r} was already claimed by the "
@@ -679,7 +679,7 @@ def _admit(state: WorkState, cmd: Admit, now: int | None) -> tuple[WorkState, Ou
         state=AttemptState.ADMITTED, admitted_at=cmd.at, last_heartbeat=cmd.at,
         request_id=cmd.request_id, key_hash=cmd.key_hash,
     )
-    new = replace(state, epoch=epoch, seq=seq, attempts=(*state.attempts, att))
+    new = evolve(state, epoch=epoch, seq=seq, attempts=(*state.attempts, att))
     return new, Outcome(kind="admitted", record=att, seq=seq)
 
 
@@ -703,14 +703,14 @@ def _heartbeat(state: WorkState, cmd: Heartbeat, now: int | None) -> tuple[WorkS
         )
     if cmd.claim:
         # Claiming is not renewing: the lease still runs from the admission (controller's time).
-        att = replace(att, state=AttemptState.RUNNING, signs=att.signs + 1)
+        att = evolve(att, state=AttemptState.RUNNING, signs=att.signs + 1)
         seq = state.seq + 1
-        new = replace(state, attempts=_replace_attempt(state, att), seq=seq)
+        new = evolve(state, attempts=_replace_attempt(state, att), seq=seq)
         return new, Outcome(kind="claimed", record=att, seq=seq)
     kind = "revived" if att.state is AttemptState.UNKNOWN else "beat"
-    att = replace(_alive(att, _when(cmd.at, now), resume=False), heartbeats=att.heartbeats + 1)
+    att = evolve(_alive(att, _when(cmd.at, now), resume=False), heartbeats=att.heartbeats + 1)
     seq = state.seq + 1
-    new = replace(state, attempts=_replace_attempt(state, att), seq=seq)
+    new = evolve(state, attempts=_replace_attempt(state, att), seq=seq)
     return new, Outcome(kind=kind, record=att, seq=seq)
 
 
@@ -722,14 +722,14 @@ def _unknown(state: WorkState, cmd: MarkUnknown, now: int | None) -> tuple[WorkS
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)   # waiting is not silence
     if cmd.signs is not None and att.signs != cmd.signs:
         return state, Outcome(kind="alive", record=att, seq=state.seq)  # it beat meanwhile
-    att = replace(att, state=AttemptState.UNKNOWN)
+    att = evolve(att, state=AttemptState.UNKNOWN)
     effects = tuple(
-        replace(e, state=EffectState.AMBIGUOUS)
+        evolve(e, state=EffectState.AMBIGUOUS)
         if e.attempt == att.number and e.state is EffectState.INTENDED else e
         for e in state.effects
     )
     seq = state.seq + 1
-    new = replace(state, attempts=_replace_attempt(state, att), effects=effects, seq=seq)
+    new = evolve(state, attempts=_replace_attempt(state, att), effects=effects, seq=seq)
     return new, Outcome(kind="unknown", record=att, seq=seq)
 
 
@@ -739,9 +739,9 @@ def _stopped(state: WorkState, cmd: MarkStopped, now: int | None) -> tuple[WorkS
         raise E.NotFound(f"attempt #{cmd.attempt} does not exist", attempt=cmd.attempt)
     if att.state in _ENDED:
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)
-    att = replace(att, state=AttemptState.STOPPED)
+    att = evolve(att, state=AttemptState.STOPPED)
     seq = state.seq + 1
-    return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
+    return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="stopped", record=att, seq=seq)
 
 
@@ -750,7 +750,7 @@ def _record(state: WorkState, cmd: RecordSteps, now: int | None) -> tuple[WorkSt
     if not cmd.entries:
         raise E.InvalidRecord("record_steps needs at least one entry", field="entries")
     journal, seq, added = _journal(state, att, cmd.token, stale, cmd.entries)
-    new = replace(state, journal=journal, seq=seq,
+    new = evolve(state, journal=journal, seq=seq,
                   attempts=_touch(state, att, _when(cmd.at, now), stale),
                   stale_writes_applied=state.stale_writes_applied + (added if stale else 0))
     return new, Outcome(kind="journaled", record=journal[-1], seq=seq)
@@ -771,7 +771,7 @@ def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: t
             raise E.InvalidRecord(f"part {p.step!r} names a result that is not journaled",
                                   field="parts", step=p.step)
         if not state.policy.pins:
-            out.append(replace(p, input_key=None, sources={}, external=()))
+            out.append(evolve(p, input_key=None, sources={}, external=()))
             continue
         if (e.step, e.input_key, e.sources) != (p.step, p.input_key, p.sources):
             raise E.VersionMismatch(
@@ -812,7 +812,7 @@ def _submit(state: WorkState, cmd: SubmitCandidate, now: int | None) -> tuple[Wo
         digest=cmd.digest, work_id=state.work_id, version=version, parts=parts,
         content=cmd.content, attempt=att.number, token=cmd.token, seq=seq, at=cmd.at, stale=stale,
     )
-    new = replace(
+    new = evolve(
         state, journal=journal, candidates=(*state.candidates, cand), seq=seq,
         attempts=_touch(state, att, _when(cmd.at, now), stale),
         stale_writes_applied=state.stale_writes_applied + ((added + 1) if stale else 0),
@@ -864,7 +864,7 @@ def _accept(state: WorkState, cmd: Accept, now: int | None) -> tuple[WorkState, 
     seq = state.seq + 1
     acc = Acceptance(digest=cand.digest, version=cand.version, contract=cmd.contract, seq=seq,
                      at=cmd.at, attempt=cand.attempt, note=cmd.reason)
-    new = replace(state, acceptances=(*state.acceptances, acc), seq=seq)
+    new = evolve(state, acceptances=(*state.acceptances, acc), seq=seq)
     return new, Outcome(kind="accepted", record=acc, seq=seq)
 
 
@@ -886,19 +886,19 @@ def _intent(state: WorkState, cmd: RecordIntent, now: int | None) -> tuple[WorkS
             )
         if old.state in _SETTLED:
             return state, Outcome(kind="confirmed", record=old, seq=state.seq)
-        upd = replace(old, attempt=att.number, sent_key=cmd.sent_key, sends=old.sends + 1,
+        upd = evolve(old, attempt=att.number, sent_key=cmd.sent_key, sends=old.sends + 1,
                       state=EffectState.INTENDED,
                       payload=old.payload if old.payload is not None else cmd.payload)
         seq = state.seq + 1
         effects = tuple(upd if e.op_key == cmd.op_key else e for e in state.effects)
-        new = replace(state, effects=effects, seq=seq, attempts=_touch(state, att, _when(cmd.at, now), stale),
+        new = evolve(state, effects=effects, seq=seq, attempts=_touch(state, att, _when(cmd.at, now), stale),
                       stale_writes_applied=state.stale_writes_applied + (1 if stale else 0))
         return new, Outcome(kind="settle", record=upd, seq=seq)
     seq = state.seq + 1
     eff = Effect(op_key=cmd.op_key, payload_digest=cmd.payload_digest, state=EffectState.INTENDED,
                  attempt=att.number, sent_key=cmd.sent_key, intended_at=cmd.at,
                  payload=cmd.payload)
-    new = replace(state, effects=(*state.effects, eff), seq=seq,
+    new = evolve(state, effects=(*state.effects, eff), seq=seq,
                   attempts=_touch(state, att, _when(cmd.at, now), stale),
                   stale_writes_applied=state.stale_writes_applied + (1 if stale else 0))
     return new, Outcome(kind="intended", record=eff, seq=seq)
@@ -917,11 +917,11 @@ def _confirm(state: WorkState, cmd: ConfirmEffect, now: int | None) -> tuple[Wor
         return state, Outcome(kind="confirmed", record=old, seq=state.seq)
     settled = EffectState.POSSIBLY_DUPLICATED if cmd.receipt.possibly_duplicated \
         else EffectState.CONFIRMED
-    upd = replace(old, state=settled, receipt=cmd.receipt, confirmed_at=cmd.at,
+    upd = evolve(old, state=settled, receipt=cmd.receipt, confirmed_at=cmd.at,
                   attempt=att.number)
     seq = state.seq + 1
     effects = tuple(upd if e.op_key == cmd.op_key else e for e in state.effects)
-    new = replace(state, effects=effects, seq=seq, attempts=_touch(state, att, _when(cmd.at, now), stale),
+    new = evolve(state, effects=effects, seq=seq, attempts=_touch(state, att, _when(cmd.at, now), stale),
                   stale_writes_applied=state.stale_writes_applied + (1 if stale else 0))
     return new, Outcome(kind="confirmed", record=upd, seq=seq)
 
@@ -931,10 +931,10 @@ def _finish(state: WorkState, cmd: Finish, now: int | None) -> tuple[WorkState, 
         att = state.attempt(cmd.attempt)
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)
     att, _stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)   # a stopped one: refused
-    att = replace(att, state=AttemptState.FINISHED,
+    att = evolve(att, state=AttemptState.FINISHED,
                   last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)))
     seq = state.seq + 1
-    return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
+    return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="finished", record=att, seq=seq)
 
 
@@ -944,10 +944,10 @@ def _wait(state: WorkState, cmd: Wait, now: int | None) -> tuple[WorkState, Outc
         raise E.InvalidRecord("a wait says what it waits for", field="reason")
     if stale:
         return state, Outcome(kind="ignored", record=att, seq=state.seq)
-    att = replace(att, state=AttemptState.WAITING, waiting_for=cmd.reason,
+    att = evolve(att, state=AttemptState.WAITING, waiting_for=cmd.reason,
                   last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)), signs=att.signs + 1)
     seq = state.seq + 1
-    return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
+    return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="waiting", record=att, seq=seq)
 
 
@@ -955,10 +955,10 @@ def _resume(state: WorkState, cmd: Resume, now: int | None) -> tuple[WorkState, 
     att, _stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     if att.state is not AttemptState.WAITING:
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)
-    att = replace(att, state=AttemptState.RUNNING, waiting_for=None,
+    att = evolve(att, state=AttemptState.RUNNING, waiting_for=None,
                   last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)), signs=att.signs + 1)
     seq = state.seq + 1
-    return replace(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
+    return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="resumed", record=att, seq=seq)
 
 

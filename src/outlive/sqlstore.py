@@ -27,6 +27,8 @@ with ``landed=False``); only when the read-back itself fails is it ``landed=None
 
 from __future__ import annotations
 
+import itertools
+import os
 import sqlite3
 import time
 import uuid
@@ -36,6 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import codec
+from ._clone import clone, evolve
 from .errors import BackendUnavailable, ConfigError, CorruptRecord, InvalidRecord, OutliveError
 from .ledger import Command, Outcome, apply, changed, check_work_id, reads
 from .records import JournalEntry, WorkState
@@ -241,10 +244,10 @@ class CachedWork:
     def view(self, command: Command) -> WorkState:
         wanted = reads(self.state, command)
         found = sorted(i for r in wanted if (i := self.index.get(r, self.length)) < self.length)
-        return replace(self.state, journal=tuple(self.journal[i] for i in found))
+        return evolve(self.state, journal=tuple(self.journal[i] for i in found))
 
     def whole(self) -> WorkState:
-        return replace(self.state, journal=tuple(self.journal[:self.length]))
+        return evolve(self.state, journal=tuple(self.journal[:self.length]))
 
     def put(self, position: int, entry: JournalEntry) -> bool:
         """Record the journal's entry at ``position``; False if that leaves a gap."""
@@ -268,6 +271,17 @@ class SqlLedgerStore:
         self.last_write_bytes = 0
         #: Writes that lost the compare-and-set to another writer and were re-applied.
         self.conflicts = 0
+        self._write_ids = itertools.count()
+        self._write_pid = -1
+        self._write_prefix = ""
+
+    def write_id(self) -> str:
+        """A new id for one write, unique across processes: a random prefix (drawn again in a
+        forked child) and a counter, so a write does not pay for a system call to the RNG."""
+        pid = os.getpid()
+        if pid != self._write_pid:
+            self._write_pid, self._write_prefix = pid, f"{uuid.uuid4().hex}-"
+        return f"{self._write_prefix}{next(self._write_ids)}"
 
     # -- read ------------------------------------------------------------------------------------
     def read_request(self, work_id: str, *, full: bool = False) -> Read:
@@ -378,7 +392,7 @@ class SqlLedgerStore:
         counts["journal"] += (old.length if old is not None else 0) - (
             len(view.journal) if view is not None else 0)
         empty: dict[str, Any] = {k: () for k in COLLECTIONS}
-        head = codec.dumps({"head": replace(new, **empty), "counts": counts})
+        head = codec.dumps({"head": evolve(new, **empty), "counts": counts})
         size += len(head)
         cas: tuple[str, tuple[Any, ...]]
         if old is None:
@@ -403,7 +417,7 @@ class SqlLedgerStore:
     def remember(self, old: CachedWork | None, view: WorkState | None, new: WorkState) -> None:
         """After a committed write: the cache moves forward without re-reading."""
         added = new.journal[len(view.journal) if view is not None else 0:]
-        work = CachedWork(state=replace(new, journal=()),
+        work = CachedWork(state=evolve(new, journal=()),
                           journal=old.journal if old is not None else [],
                           index=old.index if old is not None else {},
                           length=(old.length if old is not None else 0) + len(added))
@@ -436,7 +450,8 @@ def load_flow(store: SqlLedgerStore, work_id: str) -> Generator[Request, Any, Wo
     """Read one work (the cache brought forward, or a full read when it cannot be)."""
     check_work_id(work_id)
     work = yield from _load(store, work_id)
-    return work.whole() if work is not None else None
+    # A copy of what can change in place: nothing a caller does to it reaches the cache.
+    return clone(work.whole()) if work is not None else None
 
 
 def command_flow(store: SqlLedgerStore, work_id: str,
@@ -468,7 +483,7 @@ def command_flow(store: SqlLedgerStore, work_id: str,
             new, outcome = apply(view, command, work_id=work_id, now=_now_ms())
             if not changed(view, new):
                 return outcome
-        write_id = uuid.uuid4().hex
+        write_id = store.write_id()
         request = store.write_request(work_id, work, view, new, write_id)
         try:
             committed = yield request

@@ -1,0 +1,93 @@
+"""Copies that keep the ledger's state out of callers' reach, at the cost of what can change.
+
+The ledger copies each command on the way in and each outcome on the way out, and stores copy a
+state they hand out: nothing a caller holds may reach stored state, and nothing returned may
+change it. ``copy.deepcopy`` does that for any object but pays for generality on every call
+(a memo, ``__reduce_ex__``, a new object for every frozen record). Ledger values are narrower:
+frozen records, tuples, enums, scalars, and JSON values (dicts, lists) inside them. So only
+what can be changed in place is copied (every dict and list, at any depth); a frozen record
+is rebuilt only when something inside it was, and shared otherwise. Anything else falls back to
+``copy.deepcopy``.
+
+Shared references inside a value (one dict reachable twice) become separate copies, as they do
+once a value is stored as JSON; values are checked before they are copied, so a cycle never
+gets here (it is refused as nested too deep).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from enum import Enum
+from typing import Any, TypeVar
+
+__all__ = ["clone", "evolve"]
+
+_SCALARS = frozenset({str, int, bool, float, bytes, type(None)})
+#: Per record class: the names of its fields, or None if it is not a plain frozen dataclass.
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+_NAME_SETS: dict[type, frozenset[str]] = {}
+T = TypeVar("T")
+
+
+def _fields(cls: type) -> tuple[str, ...] | None:
+    names = _FIELDS.get(cls, ())
+    if names == ():
+        params = getattr(cls, "__dataclass_params__", None)
+        ok = (dataclasses.is_dataclass(cls) and params is not None and params.frozen
+              and not hasattr(cls, "__slots__") and "__deepcopy__" not in vars(cls))
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)) if ok else None
+    return names
+
+
+def clone(value: Any) -> Any:
+    """A copy of ``value`` sharing nothing that can change in place with the original."""
+    t = type(value)
+    if t in _SCALARS:
+        return value
+    if t is dict:
+        return {k: clone(v) for k, v in value.items()}
+    if t is list:
+        return [clone(v) for v in value]
+    if t is tuple:
+        items = tuple(clone(v) for v in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, Enum):
+        return value
+    names = _fields(t)
+    if names is None:
+        return copy.deepcopy(value)
+    attrs = value.__dict__
+    changed: dict[str, Any] | None = None
+    for name in names:
+        old = attrs[name]
+        new = clone(old)
+        if new is not old:
+            if changed is None:
+                changed = {}
+            changed[name] = new
+    if changed is None:
+        return value  # nothing inside can change in place: the record itself is immutable
+    out = object.__new__(t)
+    out.__dict__.update(attrs)
+    out.__dict__.update(changed)
+    return out
+
+
+def evolve(record: T, **changes: Any) -> T:
+    """``dataclasses.replace`` for a frozen record whose new field values are known good.
+
+    ``replace`` runs ``__init__`` (a frozen class sets each field through ``object.__setattr__``);
+    a store that only swaps whole collections of a state it built itself skips that. Field names
+    are checked, so a misspelt one is still an error.
+    """
+    names = _NAME_SETS.get(type(record))
+    if names is None:
+        fields = _fields(type(record))
+        names = _NAME_SETS[type(record)] = frozenset(fields) if fields is not None else frozenset()
+    if not names or not changes.keys() <= names:
+        return dataclasses.replace(record, **changes)  # type: ignore[type-var]
+    out = object.__new__(type(record))
+    out.__dict__.update(record.__dict__)
+    out.__dict__.update(changes)
+    return out
