@@ -129,6 +129,30 @@ async def test_a_second_worker_given_the_same_attempt_cannot_claim_it(
     await w1.step("s1", summ, s1=V1["s1"])
 
 
+async def test_a_worker_whose_attempt_went_silent_before_it_claimed_it_is_told_so(
+        backend: outlive.Backend) -> None:
+    """Not "already claimed by a worker": nobody claimed it. The attempt stays unknown (no
+    worker holds it) and the successor is admitted and claims as usual."""
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    att = await ctl.admit("w")
+    await backend.execute("w", L.MarkUnknown(attempt=att.number, at=5, signs=0))
+    with pytest.raises(E.AttemptSilent, match="before any worker claimed it") as raised:
+        await Worker(backend, att, V1).start()
+    assert not isinstance(raised.value, E.AttemptClaimed)
+    st = await backend.load("w")
+    assert st is not None and st.attempts[0].state is AttemptState.UNKNOWN
+    assert st.attempts[0].signs == 0
+    nxt = Worker(backend, await ctl.admit("w"), V1)
+    await nxt.start()
+    await nxt.step("s1", summ, s1=V1["s1"])
+    # Once claimed, a second claim is still "already claimed", even after silence.
+    await backend.execute("w", L.MarkUnknown(attempt=nxt.attempt.number, at=6))
+    with pytest.raises(E.AttemptClaimed):
+        await Worker(backend, nxt.attempt, V1).start()
+
+
 async def test_a_restarted_controller_retrying_an_admission_never_doubles_the_token(
         backend: outlive.Backend) -> None:
     ctl = Controller(backend, clock=lambda: 0)

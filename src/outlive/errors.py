@@ -23,7 +23,8 @@ caller can write one ``except`` clause whatever engine runs underneath::
         │   ├── UnknownToken         a token never issued to this attempt of this work (forged,
         │   │                        from the future, another work's, or without its secret)
         │   ├── AttemptEnded         the attempt was stopped or finished: no write authority
-        │   └── AttemptClaimed       a second worker tried to claim an attempt already claimed
+        │   ├── AttemptClaimed       a second worker tried to claim an attempt already claimed
+        │   └── AttemptSilent        the attempt was marked unknown before any worker claimed it
         ├── VersionMismatch          built from, or for, another input version
         ├── ContractFailed           the assessor said no
         ├── AttemptActive            a successor while the owner is still live
@@ -42,6 +43,7 @@ __all__ = [
     "AttemptActive",
     "AttemptClaimed",
     "AttemptEnded",
+    "AttemptSilent",
     "AttemptStopped",
     "BackendUnavailable",
     "ConfigError",
@@ -148,6 +150,14 @@ class AttemptClaimed(FencingError):
     """The attempt was already claimed by a worker: one token reaches at most one live worker."""
 
 
+class AttemptSilent(FencingError):
+    """The attempt went silent (marked ``unknown``) before any worker claimed it.
+
+    Its worker started later than the lease allowed; the work is being handed to a successor,
+    so this worker must not start it (no worker ever held it: nothing of it is running).
+    """
+
+
 class VersionMismatch(Rejected):
     """The record was built from, or for, another input version than the one required."""
 
@@ -197,7 +207,8 @@ _TYPES: dict[str, type[OutliveError]] = {
     for cls in (
         OutliveError, ConfigError, UnknownBackend, BackendUnavailable, InvalidRecord,
         PayloadTooLarge, UndeclaredInput, CorruptRecord, ScenarioError, Rejected, FencingError,
-        StaleOwner, UnknownToken, AttemptEnded, AttemptClaimed, VersionMismatch, ContractFailed,
+        StaleOwner, UnknownToken, AttemptEnded, AttemptClaimed, AttemptSilent, VersionMismatch,
+        ContractFailed,
         AttemptActive, InputConflict, NotFound, WorkExists, EffectAmbiguous, EffectConflict,
         AttemptStopped, GaveUp,
     )

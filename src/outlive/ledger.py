@@ -696,6 +696,13 @@ def _heartbeat(state: WorkState, cmd: Heartbeat, now: int | None) -> tuple[WorkS
         return state, Outcome(kind="ended", record=att, seq=state.seq)
     if cmd.token < state.epoch:
         return state, Outcome(kind="superseded", record=att, seq=state.seq)
+    if cmd.claim and att.signs == 0 and att.state is AttemptState.UNKNOWN:
+        raise E.AttemptSilent(
+            f"attempt #{att.number} of {state.work_id} was marked unknown before any worker "
+            "claimed it (its worker started later than the lease allowed); it is handed to a "
+            "successor, so this worker must not start it", attempt=att.number,
+            work_id=state.work_id,
+        )
     if cmd.claim and (att.signs > 0 or att.state is not AttemptState.ADMITTED):
         raise E.AttemptClaimed(
             f"attempt #{att.number} of {state.work_id} was already claimed by a worker; one "

@@ -150,6 +150,8 @@ class Model:
         if token < self.epoch:
             return "superseded"
         if claim:
+            if a.signs == 0 and a.state == "unknown":
+                raise Refused("AttemptSilent")    # silent before anyone claimed it
             if a.signs > 0 or a.state != "admitted":
                 raise Refused("AttemptClaimed")
             self._sign_of_life(a)
