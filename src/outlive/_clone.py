@@ -46,31 +46,41 @@ def clone(value: Any) -> Any:
     if t in _SCALARS:
         return value
     if t is dict:
-        return {k: clone(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else clone(v) for k, v in value.items()}
     if t is list:
-        return [clone(v) for v in value]
+        return [v if type(v) in _SCALARS else clone(v) for v in value]
     if t is tuple:
-        items = tuple(clone(v) for v in value)
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        changed = False
+        items = []
+        for v in value:
+            if type(v) in _SCALARS:
+                items.append(v)
+                continue
+            c = clone(v)
+            changed = changed or c is not v
+            items.append(c)
+        return tuple(items) if changed else value
     if isinstance(value, Enum):
         return value
     names = _fields(t)
     if names is None:
         return copy.deepcopy(value)
     attrs = value.__dict__
-    changed: dict[str, Any] | None = None
+    copied: dict[str, Any] | None = None
     for name in names:
         old = attrs[name]
+        if type(old) in _SCALARS:
+            continue
         new = clone(old)
         if new is not old:
-            if changed is None:
-                changed = {}
-            changed[name] = new
-    if changed is None:
+            if copied is None:
+                copied = {}
+            copied[name] = new
+    if copied is None:
         return value  # nothing inside can change in place: the record itself is immutable
     out = object.__new__(t)
     out.__dict__.update(attrs)
-    out.__dict__.update(changed)
+    out.__dict__.update(copied)
     return out
 
 

@@ -148,23 +148,32 @@ async def _ratio(url: str, bare: Any) -> dict[str, float]:
             "ratio": round(fenced_ms / bare_ms, 2)}
 
 
-async def _flat(url_for: Callable[[int], str], lengths: list[int], n: int = 300) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for length in lengths:
-        backend = await outlive.open_backend(url_for(length))
-        try:
-            fenced = await _Fenced(backend, f"flat-{length}").open(journal=length)
+async def _flat(url_for: Callable[[int], str], lengths: list[int], n: int = 300,
+                rounds: int = 10) -> dict[int, float]:
+    """Median ms of a fenced write at each journal length, the lengths measured in turn.
+
+    Every length's work is set up first, then the writes alternate between them in ``rounds``
+    blocks: on a shared machine a burst of load lands on all lengths alike, not on one.
+    """
+    backends: dict[int, Any] = {}
+    fenced: dict[int, _Fenced] = {}
+    times: dict[int, list[float]] = {length: [] for length in lengths}
+    try:
+        for length in lengths:
+            backends[length] = await outlive.open_backend(url_for(length))
+            fenced[length] = await _Fenced(backends[length], f"flat-{length}").open(journal=length)
             for _ in range(20):
-                await fenced.once()
-            times = []
-            for _ in range(n):
-                t = time.perf_counter()
-                await fenced.once()
-                times.append(time.perf_counter() - t)
-            out[length] = round(_ms(times), 4)
-        finally:
-            await backend.close()
-    return out
+                await fenced[length].once()
+        for _ in range(rounds):
+            for length in lengths:
+                for _ in range(n // rounds):
+                    t = time.perf_counter()
+                    await fenced[length].once()
+                    times[length].append(time.perf_counter() - t)
+    finally:
+        for b in backends.values():
+            await b.close()
+    return {length: round(_ms(times[length]), 4) for length in lengths}
 
 
 async def _heartbeat_bytes(url: str, counts: list[int], size: int = 100_000) -> dict[int, int]:
