@@ -3,7 +3,7 @@
 ``q3_desk`` is the user's Virtual Object, keyed by the work id. :func:`outlive_restate.keep_ledger`
 keeps each work's ledger in it, so an attempt (the exclusive handler ``digest``) holds the ledger's
 lock while it runs: the owner shape. ``newsletter`` is the receiver of the announcement, a Restate
-handler that Restate itself dedupes by idempotency key. The app is served by a deployment
+handler that Restate itself dedupes by idempotency key (``restate_feed``). The app is served by a deployment
 process and registered once (``RestateServer(app="q3_app:app")`` does both, as a user would).
 
 The model call appends ``#attempt:section`` to the file named in the argument, and attempt #1's
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from datetime import timedelta
 from typing import Any
 
 import restate
+from restate_feed import feed_object
 
 import outlive_restate
 
 desk = outlive_restate.keep_ledger(restate.VirtualObject("q3_desk"))
-newsletter = restate.VirtualObject("newsletter", idempotency_retention=timedelta(hours=24))
+newsletter = feed_object("newsletter")
 
 
 @desk.handler()
@@ -46,22 +46,6 @@ async def digest(ctx: restate.ObjectContext, arg: dict[str, Any]) -> str:
             await w.step(part, model, **{part: text})
         cand = await w.candidate({"sections": {p: w.result(p) for p in snap}})
         return cand.digest
-
-
-@newsletter.handler()
-async def post(ctx: restate.ObjectContext, payload: Any) -> dict[str, Any]:
-    """Apply the post; the effect id is written with the effect, atomically."""
-    posts: list[Any] = await ctx.get("posts", type_hint=list) or []
-    effect_id = f"P{len(posts) + 1}"
-    posts.append({"effect_id": effect_id, "payload": payload})
-    ctx.set("posts", posts)
-    return {"effect_id": effect_id}
-
-
-@newsletter.handler(kind="shared")
-async def posts(ctx: restate.ObjectSharedContext) -> list[Any]:
-    got: list[Any] = await ctx.get("posts", type_hint=list) or []
-    return got
 
 
 #: outlive's lease object is served beside the user's objects; its own ledger object is not

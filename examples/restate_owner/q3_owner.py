@@ -31,8 +31,7 @@ import httpx
 import outlive
 from outlive import Contract, Controller, EffectAmbiguous, StrictCurrent, Worker
 from outlive.records import AttemptState
-from outlive_restate import RestateBackend
-from outlive_restate.effects import restate_sender
+from outlive_restate import RestateBackend, restate_sender
 from outlive_restate.server import RestateServer
 
 HERE = Path(__file__).parent

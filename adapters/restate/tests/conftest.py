@@ -6,11 +6,13 @@ launcher's reason (binary missing -> run `make engine-restate`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+import outlive
+from outlive_restate import RestateBackend
 from outlive_restate.server import RestateServer
 
 
@@ -24,3 +26,17 @@ def restate_server() -> Iterator[RestateServer]:
 @pytest.fixture(scope="session")
 def restate_url(restate_server: RestateServer) -> str:
     return restate_server.url
+
+
+@pytest.fixture(scope="module")
+def server(restate_server: RestateServer) -> RestateServer:
+    """The server a module's tests use: the session's, unless the module brings its own."""
+    return restate_server
+
+
+@pytest.fixture(scope="module")
+async def backend(server: RestateServer) -> AsyncIterator[RestateBackend]:
+    """A client of the module's server."""
+    async with await outlive.open_backend(server.url) as b:
+        assert isinstance(b, RestateBackend)
+        yield b

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-from datetime import timedelta
+import sys
+from pathlib import Path
 from typing import Any
 
 import restate
 
 import outlive_restate
 from outlive import Worker
+
+_EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "restate_owner")
+if _EXAMPLE not in sys.path:
+    sys.path.append(_EXAMPLE)
+from restate_feed import feed_object  # noqa: E402  (the owner example's feed, one copy)
 
 reports = restate.Service("reports")
 #: The owner shape: the user's object keeps each work's ledger under the work id.
@@ -64,26 +70,8 @@ async def draft(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[str, An
         return await _work(w, arg)
 
 
-#: An example receiver that is itself a Restate handler: a feed keyed by name. Restate dedupes
-#: calls by idempotency key (a worker sends the operation key) for ``idempotency_retention``.
-feed = restate.VirtualObject("feed", idempotency_retention=timedelta(hours=24))
-
-
-@feed.handler()
-async def post(ctx: restate.ObjectContext, payload: Any) -> dict[str, Any]:
-    """Apply the post; the effect id is written with the effect, atomically."""
-    posts: list[Any] = await ctx.get("posts", type_hint=list) or []
-    effect_id = f"P{len(posts) + 1}"
-    posts.append({"effect_id": effect_id, "payload": payload})
-    ctx.set("posts", posts)
-    return {"effect_id": effect_id}
-
-
-@feed.handler(kind="shared")
-async def posts(ctx: restate.ObjectSharedContext) -> list[Any]:
-    got: list[Any] = await ctx.get("posts", type_hint=list) or []
-    return got
-
+#: The example's receiver, itself a Restate handler (one copy, in the owner example).
+feed = feed_object("feed")
 
 app = outlive_restate.app(reports, desk, feed)
 

@@ -230,7 +230,7 @@ async def test_bad_url_is_config_error() -> None:
 
 async def test_effect_to_a_restate_handler_uses_the_operation_key(
         backend: outlive.Backend, restate_server: RestateServer) -> None:
-    from outlive_restate.effects import http_sender, restate_sender
+    from outlive_restate import http_sender, restate_sender
     feed = f"feed-{uuid.uuid4().hex[:8]}"
     send = restate_sender(restate_server.ingress, "feed", "post", key=feed)
     op = f"announce:digest/q3-report:{uuid.uuid4().hex}"

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from restate_support import HERE, SECTIONS, calls, finished, until
 
 import outlive
 from outlive import Contract, Controller, Worker
 from outlive import ledger as L
-from outlive.records import AttemptState, WorkState
+from outlive.records import AttemptState
 from outlive_restate import RestateBackend
 from outlive_restate.server import RestateServer
 
@@ -31,45 +32,11 @@ V1 = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.1 million.",
 CONTRACT = Contract(name="form", version="1", assessor="test")
 
 
-SECTIONS = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.7 million."}
-HERE = Path(__file__).parent
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[RestateServer]:
+    """A server of this module's own: its tests kill and restart it."""
     with RestateServer(app="restate_app:app", pythonpath=(str(HERE),)) as srv:
         yield srv
-
-
-async def until(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        got = probe()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return got
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
-def _calls(log: Path) -> list[str]:
-    return log.read_text().split() if log.exists() else []
-
-
-async def _finished(backend: RestateBackend, work: str) -> WorkState | None:
-    st = await backend.load(work)
-    if st is not None and any(a.state is AttemptState.FINISHED for a in st.attempts):
-        return st
-    return None
-
-
-@pytest.fixture(scope="module")
-async def backend(server: RestateServer) -> AsyncIterator[RestateBackend]:
-    async with await outlive.open_backend(server.url) as b:
-        assert isinstance(b, RestateBackend)
-        yield b
 
 
 def summarise(**kw: str) -> dict[str, Any]:
@@ -136,7 +103,7 @@ async def _handler_attempt_held_in_s2(server: RestateServer, backend: RestateBac
         target["key"] = work
     await backend.start_work(work, arg={"sections": SECTIONS, "log": str(log)},
                              lease=timedelta(minutes=10), **target)
-    await until("#1 to be inside s2", lambda: "1:s2" in _calls(log))
+    await until("#1 to be inside s2", lambda: "1:s2" in calls(log))
     return work, log, hold
 
 
@@ -150,10 +117,10 @@ async def test_deployment_killed_mid_step_handler_replays(server: RestateServer,
     await asyncio.to_thread(server.stop_deployment, hard=True)
     hold.unlink()
     await asyncio.to_thread(server.start_deployment)
-    st = await until("#1 to finish", lambda: _finished(backend, work), timeout=90)
+    st = await until("#1 to finish", lambda: finished(backend, work), timeout=90)
     assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.FINISHED)]
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
-    assert _calls(log).count("1:s1") == 1 and _calls(log).count("1:s2") == 2
+    assert calls(log).count("1:s1") == 1 and calls(log).count("1:s2") == 2
     assert st.stale_writes_applied == 0 and len(st.candidates) == 1
 
 
@@ -171,10 +138,10 @@ async def test_deployment_killed_mid_step_owner_rebuilds_its_held_back_writes(
         await asyncio.to_thread(server.stop_deployment, hard=True)
         hold.unlink()
         await asyncio.to_thread(server.start_deployment)
-        st = await until("#1 to finish", lambda: _finished(desk, work), timeout=90)
+        st = await until("#1 to finish", lambda: finished(desk, work), timeout=90)
     assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.FINISHED)]
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
-    assert _calls(log).count("1:s1") == 1 and _calls(log).count("1:s2") == 2
+    assert calls(log).count("1:s1") == 1 and calls(log).count("1:s2") == 2
     assert st.stale_writes_applied == 0 and len(st.candidates) == 1
 
 
@@ -187,9 +154,9 @@ async def test_server_killed_and_restarted_mid_step_handler_resumes(
     hold.unlink()
     await asyncio.to_thread(server.start_server)
     await asyncio.to_thread(server.wait_callable)
-    st = await until("the work to finish", lambda: _finished(backend, work), timeout=120)
+    st = await until("the work to finish", lambda: finished(backend, work), timeout=120)
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
-    assert _calls(log).count("1:s1") == 1
+    assert calls(log).count("1:s1") == 1
     assert st.stale_writes_applied == 0 and len(st.candidates) == 1
     lease = await backend.lease(work)
     assert [d["attempt"] for d in lease["history"]] == [1]

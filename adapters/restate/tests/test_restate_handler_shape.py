@@ -13,20 +13,21 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from restate_support import HERE, SECTIONS, calls, finished, until
 
 import outlive
 from outlive import Contract, Controller
 from outlive import ledger as L
 from outlive._launch import free_port, port_open, stop_process, wait_until
 from outlive.errors import StaleOwner
-from outlive.records import AttemptState, WorkState
+from outlive.records import AttemptState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
 from outlive_restate import RestateBackend, RestateDispatcher
 from outlive_restate._errors import from_message
@@ -34,44 +35,7 @@ from outlive_restate.server import RestateServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-HERE = Path(__file__).parent
-SECTIONS = {"s1": "Intro: a steady quarter.", "s2": "Revenue was 4.7 million."}
 FORM = Contract(name="form", version="1", assessor="test")
-
-
-@pytest.fixture(scope="module")
-def server(restate_server: RestateServer) -> RestateServer:
-    """The session's server and deployment of the tests' app (nothing here restarts them)."""
-    return restate_server
-
-
-@pytest.fixture(scope="module")
-async def backend(server: RestateServer) -> AsyncIterator[RestateBackend]:
-    async with await outlive.open_backend(server.url) as b:
-        assert isinstance(b, RestateBackend)
-        yield b
-
-
-async def until(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        got = await probe()
-        if got:
-            return got
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
-async def finished(backend: RestateBackend, work: str) -> WorkState | None:
-    st = await backend.load(work)
-    if st is not None and any(a.state is AttemptState.FINISHED for a in st.attempts):
-        return st
-    return None
-
-
-def calls(log: Path) -> list[str]:
-    return log.read_text().split() if log.exists() else []
 
 
 async def open_and_start(backend: RestateBackend, work: str, log: Path, *,
@@ -300,7 +264,7 @@ class _Apart:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "outlive_restate.deployment", "--bind",
+            [sys.executable, "-m", "outlive_restate._deployment", "--bind",
              f"127.0.0.1:{self.port}", "--app", "restate_app:apart_app"],
             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
                 str(HERE), os.environ.get("PYTHONPATH")]))})

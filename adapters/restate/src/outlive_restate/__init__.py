@@ -10,6 +10,8 @@
   :class:`RestateDispatcher` is the same for :class:`outlive.supervisor.Supervisor`.
 * The owner shape: :func:`keep_ledger` on the user's own Virtual Object keeps each work's ledger
   in the object keyed by the work id, so the attempt's exclusive handler holds the ledger's lock.
+* Effects: :func:`restate_sender` sends ``Worker.effect``'s operation key as Restate's own
+  idempotency key (:func:`http_sender`: as any HTTP receiver's ``Idempotency-Key``).
 
 ``restate://HOST:INGRESS_PORT?admin=ADMIN_PORT&ledger=OBJECT`` opens the client side.
 """
@@ -26,6 +28,7 @@ from typing import Any
 from ._backend import RestateBackend
 from ._config import RestateConfig, parse_url
 from ._dispatch import LEASE, RestateDispatcher, dispatch_key, lease_object
+from ._effects import http_sender, restate_sender
 from ._engine import HandlerBackend, OwnedBackend, attempt, attempt_headers, worker
 from ._ledger import LEDGER, keep_ledger, ledger_object
 
@@ -41,8 +44,10 @@ __all__ = [
     "attempt",
     "attempt_headers",
     "dispatch_key",
+    "http_sender",
     "keep_ledger",
     "parse_url",
+    "restate_sender",
     "services",
     "worker",
 ]

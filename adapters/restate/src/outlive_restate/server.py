@@ -144,7 +144,7 @@ class RestateServer(Launcher):
                    "the admin API", self.server)
 
     def start_deployment(self) -> None:
-        cmd = [sys.executable, "-m", "outlive_restate.deployment",
+        cmd = [sys.executable, "-m", "outlive_restate._deployment",
                "--bind", f"127.0.0.1:{self.deployment_port}"]
         if self.protocol:
             cmd += ["--protocol", self.protocol]

@@ -1,4 +1,4 @@
-"""``python -m outlive_restate.deployment --bind 127.0.0.1:PORT [--app MODULE:ATTR]``: serve an app.
+"""``python -m outlive_restate._deployment --bind 127.0.0.1:PORT [--app MODULE:ATTR]``: serve an app.
 
 ``--app`` names the user's ASGI app (built with ``restate.app([...their services...,
 *outlive_restate.services()])`` or :func:`outlive_restate.app`); without it, only outlive's own
@@ -24,7 +24,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m outlive_restate.deployment")
+    p = argparse.ArgumentParser(prog="python -m outlive_restate._deployment")
     p.add_argument("--bind", required=True, help="HOST:PORT, loopback")
     p.add_argument("--protocol", choices=["bidi", "request_response"], default=None)
     p.add_argument("--app", default=None, metavar="MODULE:ATTR",
