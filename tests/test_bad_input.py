@@ -200,11 +200,13 @@ async def test_corrupt_stored_rows_are_typed_and_name_the_work(tmp_path: Path) -
     await b.close()
     conn = sqlite3.connect(db)
     (head,) = conn.execute("SELECT state FROM outlive_works WHERE work_id='w'").fetchone()
-    (row,) = conn.execute("SELECT body FROM outlive_rows WHERE work_id='w' AND kind='attempts'"
+    (row,) = conn.execute("SELECT body FROM outlive_rows WHERE work_id='w' AND kind='inputs'"
                           ).fetchone()
     for table, column, where, text, corrupt in (
-            ("outlive_rows", "body", "kind='attempts'", row,
-             row.replace('"v":"admitted"', '"v":"exploded"')),          # a bad enum
+            ("outlive_rows", "body", "kind='inputs'", row,
+             row.replace('"seq":1,', '"seq":"1",')),                     # a seq as a string
+            ("outlive_works", "state", "1=1", head,
+             head.replace('"v":"admitted"', '"v":"exploded"')),          # a bad enum
             ("outlive_works", "state", "1=1", head,
              head.replace('"epoch":1,', '"epoch":"1",'))):               # an epoch as a string
         assert corrupt != text

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 
 import outlive
-from outlive import Controller, Policy, Worker
+from outlive import Controller, Policy, Worker, codec
 from outlive import ledger as L
 from outlive.errors import InvalidRecord, StaleOwner
 
@@ -419,3 +421,52 @@ def test_the_receiver_is_durable(tmp_path: Path) -> None:
         assert receiver._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     finally:
         receiver.close()
+
+
+async def test_a_file_that_keeps_attempts_in_rows_of_their_own_is_read_and_carried_on(
+        tmp_path: Path) -> None:
+    """Files written before the attempts moved into the head row keep one row per attempt (the
+    head's counts name ``attempts``). They load as they were, take new commands, and once a
+    write has moved the attempts into the head the old rows are ignored."""
+    db = tmp_path / "old.db"
+    b = await outlive.open_backend(f"sqlite:///{db}")
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", {"s1": "x"})
+    w = Worker(b, await ctl.admit("w"), {"s1": "x"}, clock=lambda: 1)
+    await w.start()
+    await w.step("s1", lambda s1: {"r": s1}, s1="x")
+    want = await b.load("w")
+    await b.close()
+    assert want is not None and len(want.attempts) == 1
+    # Rewrite the work in the older layout: attempts as rows, none in the head.
+    conn = sqlite3.connect(db)
+    (text,) = conn.execute("SELECT state FROM outlive_works WHERE work_id='w'").fetchone()
+    doc = codec.loads(text)
+    doc["head"] = dataclasses.replace(doc["head"], attempts=())
+    doc["counts"]["attempts"] = len(want.attempts)
+    conn.execute("UPDATE outlive_works SET state=? WHERE work_id='w'", (codec.dumps(doc),))
+    conn.executemany("INSERT INTO outlive_rows (work_id, kind, idx, wseq, body) VALUES (?,?,?,?,?)",
+                     [("w", "attempts", i, want.seq, codec.dumps(a))
+                      for i, a in enumerate(want.attempts)])
+    conn.commit()
+    conn.close()
+    b = await outlive.open_backend(f"sqlite:///{db}")
+    try:
+        assert await b.load("w") == want
+        w.backend = b
+        await w.step("s2", lambda s2: {"r": s2}, s2="x")
+        after = await b.load("w")
+        assert after is not None and len(after.journal) == 2
+        assert after.attempts[0].signs == want.attempts[0].signs + 1
+    finally:
+        await b.close()
+    b = await outlive.open_backend(f"sqlite:///{db}")   # a full read: old rows still there
+    try:
+        assert await b.load("w") == after
+        conn = sqlite3.connect(db)
+        assert conn.execute("SELECT count(*) FROM outlive_rows WHERE kind='attempts'"
+                            ).fetchone() == (1,)
+        conn.close()
+    finally:
+        await b.close()

@@ -11,11 +11,15 @@ way, through :func:`command_flow`:
    (the compare-and-set), then an upsert of the changed rows only. A missed condition means
    another writer moved the work: read again and re-apply.
 
-Layout: ``outlive_works`` holds one small row per work (scalars such as the epoch, plus the
-length of each collection); ``outlive_rows`` holds every record of every collection in its own
-row, keyed ``(work_id, kind, idx)`` and stamped with the ``seq`` that last wrote it. So a
-heartbeat writes the head and one attempt row, whatever the number and size of the candidates,
-and the journal grows by appending rows.
+Layout: ``outlive_works`` holds one small row per work (scalars such as the epoch, the attempts,
+and the length of each collection); ``outlive_rows`` holds every record of every collection in its
+own row, keyed ``(work_id, kind, idx)`` and stamped with the ``seq`` that last wrote it. So a
+heartbeat writes the head alone, whatever the number and size of the candidates, a journal write
+the head and one new row, and the journal grows by appending rows. The attempts live in the head
+because nearly every command changes the current one (every write is a sign of life), and a work
+has a handful: a row of their own cost every write a second row and its index entries. Files
+written when attempts had rows of their own are still read (a head whose counts name
+``attempts``); the first write moves them into the head, and the old rows are ignored after.
 
 The flow is a generator that yields requests (:class:`Read`, :class:`Write`, :class:`Landed`)
 and receives answers: each backend drives it with its own driver (a thread for ``sqlite3``,
@@ -63,8 +67,12 @@ __all__ = [
     "sqlite_path",
 ]
 
-#: WorkState fields kept one record per row; the rest of the state is the head row.
-COLLECTIONS = ("inputs", "attempts", "journal", "candidates", "acceptances", "effects")
+#: WorkState fields kept one record per row; the rest of the state (attempts included) is the
+#: head row.
+COLLECTIONS = ("inputs", "journal", "candidates", "acceptances", "effects")
+#: Rows of this kind hold the attempts in files from before they moved into the head; read when
+#: the head says so (its counts name it), ignored once a write has moved them.
+_LEGACY_ATTEMPTS = "attempts"
 #: Collections the ledger only ever appends to: a write encodes only their new tail.
 _APPEND_ONLY = frozenset({"inputs", "journal", "candidates", "acceptances"})
 
@@ -316,10 +324,13 @@ class SqlLedgerStore:
         work = CachedWork(state=head, journal=cached.journal if cached is not None else [],
                           index=cached.index if cached is not None else {},
                           length=counts.get("journal", -1) if isinstance(counts, dict) else -1)
+        legacy = isinstance(counts, dict) and _LEGACY_ATTEMPTS in counts
         lists: dict[str, list[Any]] = {
             k: list(getattr(cached.state, k)) if cached is not None else []
-            for k in COLLECTIONS if k != "journal"}
+            for k in (*COLLECTIONS, *((_LEGACY_ATTEMPTS,) if legacy else ())) if k != "journal"}
         for kind, idx, body in rows[1:]:
+            if kind == _LEGACY_ATTEMPTS and not legacy:
+                continue  # moved into the head by a later write: the head's are current
             try:
                 item = codec.loads(body)
             except InvalidRecord as exc:
