@@ -26,7 +26,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
@@ -195,22 +195,17 @@ class LangGraphBackend(Backend):
             self._bodies.pop(key, None)
 
 
-class LangGraphMemoryBackend(LangGraphBackend):
-    """``langgraph+memory://``: an InMemorySaver beside the core ``memory://`` ledger."""
+class _Ledger(Protocol):
+    async def execute(self, work_id: str, command: Command) -> Outcome: ...
+    async def load(self, work_id: str) -> WorkState | None: ...
+    async def works(self) -> list[str]: ...
 
-    capabilities = MemoryBackend.capabilities
 
-    def __init__(self, url: str = "langgraph+memory://") -> None:
-        super().__init__(url)
-        self.ledger = MemoryBackend()
-        # The fence only reads the work: no deep copy of the whole state on every LangGraph
-        # write (``load`` copies; on a long journal that made each step cost more than the last).
-        self._saver = FencedCheckpointer(InMemorySaver(), self.ledger,
-                                         peek=lambda work: self.ledger._works.get(work))
+class _CoreLedgerBackend(LangGraphBackend):
+    """A backend whose ledger is one of the core's, in ``self.ledger``: its commands are that
+    ledger's (``langgraph+memory``, ``langgraph+postgres``)."""
 
-    @property
-    def checkpointer(self) -> BaseCheckpointSaver[Any]:
-        return self._saver
+    ledger: _Ledger
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         return await self.ledger.execute(work_id, command)
@@ -220,6 +215,24 @@ class LangGraphMemoryBackend(LangGraphBackend):
 
     async def works(self) -> list[str]:
         return await self.ledger.works()
+
+
+class LangGraphMemoryBackend(_CoreLedgerBackend):
+    """``langgraph+memory://``: an InMemorySaver beside the core ``memory://`` ledger."""
+
+    capabilities = MemoryBackend.capabilities
+
+    def __init__(self, url: str = "langgraph+memory://") -> None:
+        super().__init__(url)
+        ledger = self.ledger = MemoryBackend()
+        # The fence only reads the work: no deep copy of the whole state on every LangGraph
+        # write (``load`` copies; on a long journal that made each step cost more than the last).
+        self._saver = FencedCheckpointer(InMemorySaver(), ledger,
+                                         peek=lambda work: ledger._works.get(work))
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        return self._saver
 
 
 class LangGraphSqliteBackend(LangGraphBackend):

@@ -36,7 +36,7 @@ from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
 from outlive.sqlstore import Read, Write, load_flow
 
-from ._backend import LangGraphBackend
+from ._backend import _CoreLedgerBackend
 from ._checkpoint import _RETURN, TaskWrites, may_write
 from ._context import TaskWrite, owner_of
 
@@ -197,7 +197,7 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         may_write(state, work, attempt, token)
 
 
-class LangGraphPostgresBackend(LangGraphBackend):
+class LangGraphPostgresBackend(_CoreLedgerBackend):
     """Checkpoints and the fenced ledger in one PostgreSQL database."""
 
     capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
@@ -242,9 +242,6 @@ class LangGraphPostgresBackend(LangGraphBackend):
             await self.close()
             raise
 
-    async def execute(self, work_id: str, command: Command) -> Outcome:
-        return await self.ledger.execute(work_id, command)
-
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
                                      value: Any) -> tuple[Outcome, bool]:
         """The ledger's write and LangGraph's row for the task in one transaction."""
@@ -261,12 +258,6 @@ class LangGraphPostgresBackend(LangGraphBackend):
         if wrote:
             saver.wrote(slot, value)
         return out, bool(wrote)
-
-    async def load(self, work_id: str) -> WorkState | None:
-        return await self.ledger.load(work_id)
-
-    async def works(self) -> list[str]:
-        return await self.ledger.works()
 
     async def close(self) -> None:
         self._program = None  # bound to this saver; a restarted backend builds a new one
