@@ -26,6 +26,11 @@ __all__ = ["http_sender", "restate_sender"]
 AsyncSender = Callable[[str | None, Any], Awaitable[Receipt]]
 
 
+def _headers(name: str, op_key: str | None) -> dict[str, str]:
+    """A JSON body's headers, with the operation key under ``name`` when there is one."""
+    return {"content-type": "application/json", **({name: op_key} if op_key is not None else {})}
+
+
 def restate_sender(ingress: str, service: str, handler: str, *, key: str | None = None,
                    timeout: float = 30.0) -> AsyncSender:
     """Call ``service[/key]/handler`` through the ingress with the operation key as idempotency key.
@@ -39,9 +44,7 @@ def restate_sender(ingress: str, service: str, handler: str, *, key: str | None 
     target += f"/{handler}"
 
     async def send(op_key: str | None, payload: Any) -> Receipt:
-        headers = {"content-type": "application/json"}
-        if op_key is not None:
-            headers["idempotency-key"] = op_key
+        headers = _headers("idempotency-key", op_key)
         try:
             async with httpx.AsyncClient(timeout=timeout) as http:
                 r = await http.post(f"{target}/send", content=json.dumps(payload),
@@ -67,9 +70,7 @@ def http_sender(url: str, *, timeout: float = 30.0) -> AsyncSender:
     ``{"effect_id": ..., "duplicate": bool}``."""
 
     async def send(op_key: str | None, payload: Any) -> Receipt:
-        headers = {"content-type": "application/json"}
-        if op_key is not None:
-            headers["Idempotency-Key"] = op_key
+        headers = _headers("Idempotency-Key", op_key)
         try:
             async with httpx.AsyncClient(timeout=timeout) as http:
                 r = await http.post(url, content=json.dumps(payload), headers=headers)
