@@ -88,13 +88,15 @@ def evolve(record: T, **changes: Any) -> T:
     """``dataclasses.replace`` for a frozen record whose new field values are known good.
 
     ``replace`` runs ``__init__`` (a frozen class sets each field through ``object.__setattr__``);
-    a store that only swaps whole collections of a state it built itself skips that. Field names
-    are checked, so a misspelt one is still an error.
+    the ledger and the stores, which only put values of the right type into records they built,
+    skip that. Field names are checked, so a misspelt one is still an error; a class with a
+    ``__post_init__`` goes through ``replace``.
     """
     names = _NAME_SETS.get(type(record))
     if names is None:
         fields = _fields(type(record))
-        names = _NAME_SETS[type(record)] = frozenset(fields) if fields is not None else frozenset()
+        plain = fields is not None and not hasattr(type(record), "__post_init__")
+        names = _NAME_SETS[type(record)] = frozenset(fields) if plain and fields else frozenset()
     if not names or not changes.keys() <= names:
         return dataclasses.replace(record, **changes)  # type: ignore[type-var]
     out = object.__new__(type(record))

@@ -1,0 +1,62 @@
+"""The ledger's copier: what can change in place is copied, what cannot is shared."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from outlive._clone import clone, evolve
+from outlive.records import Attempt, AttemptState, JournalEntry, Policy, WorkState
+
+
+def _entry(result: Any) -> JournalEntry:
+    return JournalEntry(step="s", input_key="k", sources={"a": "h"}, result=result,
+                        result_id="r", attempt=1, token=1, seq=1)
+
+
+def test_every_dict_and_list_is_copied_at_any_depth() -> None:
+    e = _entry({"x": [1, (2, {"y": [3]})]})
+    c = clone(e)
+    assert c == e and c is not e
+    c.result["x"][1][1]["y"].append(4)
+    c.sources["b"] = "h2"
+    assert e.result == {"x": [1, (2, {"y": [3]})]} and e.sources == {"a": "h"}
+
+
+def test_immutable_records_and_tuples_are_shared() -> None:
+    a = Attempt(work_id="w", number=1, token=1, pinned_version="v1", state=AttemptState.RUNNING,
+                admitted_at=0, last_heartbeat=0)
+    st = WorkState(work_id="w", attempts=(a,), journal=(_entry({"r": 1}),))
+    c = clone(st)
+    assert c == st
+    assert c.attempts is st.attempts and c.policy is st.policy     # nothing inside can change
+    assert c.journal[0].result is not st.journal[0].result
+
+
+def test_anything_else_falls_back_to_deepcopy() -> None:
+    class Box:
+        def __init__(self) -> None:
+            self.items = [1]
+
+    b = Box()
+    c = clone([b])[0]
+    assert c is not b and c.items == [1] and c.items is not b.items
+
+
+def test_evolve_is_replace_for_records() -> None:
+    p = Policy()
+    q = evolve(p, pins=False)
+    assert (q.fencing, q.pins, p.pins) == (True, False, True)
+    with pytest.raises(TypeError):
+        evolve(p, nope=1)
+
+    @dataclass(frozen=True)
+    class Derived:
+        a: int
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "b", self.a * 2)
+
+    assert evolve(Derived(1), a=3).b == 6   # type: ignore[attr-defined]
