@@ -12,8 +12,9 @@ saw is judged by the conformance suite's own judge (``outlive_conformance.judge`
 from __future__ import annotations
 
 import asyncio
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -26,8 +27,18 @@ with workflow.unsafe.imports_passed_through():
     from outlive import ledger as L
     from outlive.errors import OutliveError
     from outlive.hashing import content_hash, input_key, short
-    from outlive.records import Candidate, InputVersion, Policy
+    from outlive.records import Candidate, InputVersion, Part, Policy, WorkState
+    from outlive.rules import LatestAccepted, LatestFinished, Rule, StrictCurrent, dependable
     from outlive_temporal import Attempt, Work, WorkHandle, current_attempt
+
+
+@dataclass
+class Reading:
+    """What the newsletter saw under one rule when it was ready."""
+
+    started: bool
+    figure: str | None
+    required: str | None
 
 
 @dataclass
@@ -46,7 +57,18 @@ class World:
     late: str | None = None          # what the woken worker's late write met
     stale_landed: int = 0
     failed: str | None = None        # the work's failure, if it failed
+    #: step -> (text read, input key, result id, summary) of the attempt that falls silent
+    first: dict[str, tuple[str, str, str, str]] = field(default_factory=dict)
+    woken_ran: list[str] = field(default_factory=list)   # steps the woken worker ran on
+    #: rule -> what the newsletter read when it was ready (after the first post, and after a
+    #: correction published after acceptance); a strict reader that found nothing waits
+    readings: dict[str, Reading] = field(default_factory=dict)
     redone: asyncio.Event = field(default_factory=asyncio.Event)
+    over: asyncio.Event = field(default_factory=asyncio.Event)   # the story's work has ended
+
+    def handle(self, wid: str) -> WorkHandle:
+        """The work, as this world's activities reach it (their worker's client)."""
+        return WorkHandle.of(activity.client(), wid)
     late_done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -54,10 +76,29 @@ class World:
 WORLDS: dict[str, World] = {}
 
 
-def consumer_figure(content: dict[str, Any], pattern: str, quotes: str) -> str | None:
+def consumer_figure(content: Any, pattern: str, quotes: str) -> str | None:
     """The figure a consumer quotes from a digest's content."""
+    if not isinstance(content, dict):
+        return None
     m = re.search(pattern, str((content.get("sections") or {}).get(quotes, "")))
     return m.group(1) if m else None
+
+
+def rules(story: dict[str, Any]) -> dict[str, Rule]:
+    """The newsletter's three rules, as the conformance switch names them."""
+    return {"strict": StrictCurrent(fail_open=story["consumer"]["fail_open"]),
+            "accepted": LatestAccepted(), "finished": LatestFinished()}
+
+
+def read(story: dict[str, Any], st: WorkState, rule: Rule) -> Reading | None:
+    """What the newsletter quotes under ``rule`` from ``st``; None: it waits."""
+    dep = dependable(st, rule)
+    if dep is None:
+        return None
+    assert st.current_version is not None
+    c = story["consumer"]
+    return Reading(started=True, figure=consumer_figure(dep.content, c["pattern"], c["quotes"]),
+                   required=story["figures"][st.current_version])
 
 
 def _first_sentence(text: str) -> str:
@@ -65,19 +106,62 @@ def _first_sentence(text: str) -> str:
     return m.group(1) if m else text
 
 
-async def _publish(world: World, wid: str) -> None:
-    """The correction, published from inside a step or a post. The activity keeps beating until
-    the workflow has it, so it lands before this attempt can be taken for silent (on a loaded
-    machine an update can take longer than the heartbeat timeout)."""
-    if world.published:
-        return
-    world.published = True
-    send = asyncio.ensure_future(WorkHandle.of(activity.client(), wid).publish(
-        world.story["new_version"], world.story["versions"][world.story["new_version"]]))
+async def _beating(call: Awaitable[Any]) -> Any:
+    """Await ``call`` from an activity, heartbeating meanwhile: on a loaded machine an update or
+    a query can take longer than the heartbeat timeout, and this attempt is not silent."""
+    send = asyncio.ensure_future(call)
     while not send.done():
         activity.heartbeat()
         await asyncio.wait({send}, timeout=0.2)
-    send.result()
+    return send.result()
+
+
+async def _gone(world: World) -> None:
+    """A crashed worker: it never answers. Its activity task is released only once the story is
+    over (Temporal refused its completion long before: its heartbeat timed out), so a sweep of
+    hundreds of stories does not run out of activity slots."""
+    await world.over.wait()
+    raise RuntimeError("this worker crashed")
+
+
+async def _publish(world: World, wid: str) -> None:
+    """The correction, published from inside a step or a post; it lands before this attempt
+    can be taken for silent."""
+    if world.published:
+        return
+    world.published = True
+    await _beating(world.handle(wid).publish(
+        world.story["new_version"], world.story["versions"][world.story["new_version"]]))
+
+
+async def _woken_flush(world: World, info: Any) -> L.Outcome:
+    """Progress saved at the end: the woken worker goes on where it stopped (one model call per
+    remaining step, on the version it is pinned to), then flushes every result with its
+    candidate - one fenced write, as ``Work`` does with ``outlive_progress = "end"``."""
+    st = world.story
+    version = st["first_version"]
+    steps = list(st["steps"])
+    for s in steps[steps.index(info.step) + 1:]:
+        text = st["versions"][version][s]
+        key = input_key(s, {s: content_hash(text)})
+        rid = L.result_id(info.workflow_id, s, key, info.attempt)
+        world.truth[rid] = content_hash(text)
+        world.calls += 1
+        world.woken_ran.append(s)
+        world.first[s] = (text, key, rid, _first_sentence(text))
+    writes = tuple(L.StepWrite(step=s, sources={s: content_hash(t)}, input_key=k,
+                               result=json.dumps({"summary": summary}), result_id=rid)
+                   for s, (t, k, rid, summary) in world.first.items())
+    parts = tuple(Part(step=w.step, input_key=w.input_key, sources=w.sources, result_id=w.result_id)
+                  for w in writes)
+    content = {"title": st["title"], "sections": {s: v[3] for s, v in world.first.items()}}
+    digest = L.candidate_digest(info.workflow_id, version if st["pins"] == "on" else None, parts,
+                                content)
+    out = await info.execute(L.SubmitCandidate(attempt=info.attempt, token=info.token,
+                                               digest=digest, parts=parts, content=content, at=0,
+                                               flush=writes))
+    world.stale_landed += len(writes) + 1
+    return out
 
 
 @activity.defn
@@ -89,8 +173,11 @@ async def story_summarise(text: str) -> dict[str, str]:
     st = world.story
     out = {"summary": _first_sentence(text)}
     key = input_key(info.step, {info.step: content_hash(text)})
-    world.truth[L.result_id(info.workflow_id, info.step, key, info.attempt)] = content_hash(text)
+    rid = L.result_id(info.workflow_id, info.step, key, info.attempt)
+    world.truth[rid] = content_hash(text)
     world.calls += 1
+    if not world.silent_fired or world.silent_attempt == info.attempt:
+        world.first[info.step] = (text, key, rid, out["summary"])
     if info.step == st["silent_step"] and not world.silent_fired:
         # the first attempt to reach the silent step falls silent there (#1, unless a loaded
         # machine already made Temporal time #1 out earlier)
@@ -99,23 +186,32 @@ async def story_summarise(text: str) -> dict[str, str]:
         if st["change"] == "during":
             await _publish(world, info.workflow_id)
         if st["silent"] == "crashed":
-            await asyncio.Event().wait()      # never answers again; cancelled at worker shutdown
+            await _gone(world)
+        while not (world.redone.is_set() or world.over.is_set()):
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                # Temporal timed this activity out; the SDK cancels it when a heartbeat sent
+                # before the silence is refused. A paused worker knows nothing of that: it
+                # wakes all the same and makes its write.
+                pass
+        if world.over.is_set():
+            return out
+        # woken: it writes with the token it was started with
         try:
-            await asyncio.shield(world.redone.wait())
-        except asyncio.CancelledError:
-            pass
-        # woken: it records the step with the token it was started with
-        write = L.StepWrite(step=info.step, sources={info.step: content_hash(text)}, input_key=key,
-                            result=f'{{"summary": "{out["summary"]}"}}',
-                            result_id=L.result_id(info.workflow_id, info.step, key, info.attempt))
-        try:
-            await info.execute(L.RecordSteps(attempt=info.attempt, token=info.token, entries=(write,),
-                                             at=0))
+            if st["progress"] == "end":
+                await _woken_flush(world, info)
+            else:
+                write = L.StepWrite(step=info.step, sources={info.step: content_hash(text)},
+                                    input_key=key, result=json.dumps(out), result_id=rid)
+                await info.execute(L.RecordSteps(attempt=info.attempt, token=info.token,
+                                                 entries=(write,), at=0))
+                world.stale_landed += 1
             world.late = "applied"
-            world.stale_landed += 1
         except OutliveError as exc:
             world.late = type(exc).__name__
-        world.late_done.set()
+        finally:
+            world.late_done.set()
         return out
     if info.step == st["silent_step"] and info.attempt > world.silent_attempt > 0 \
             and st["silent"] == "paused":
@@ -130,11 +226,13 @@ async def story_summarise(text: str) -> dict[str, str]:
 
 @activity.defn
 async def story_post(op_key: str, key: str, payload: dict[str, str]) -> str:
-    """The announcement, sent with the operation key, a per-attempt key or none (``key``). The
-    first poster dies (if the story says so) right after the feed applied the post: it never
-    answers, and the attempt's heartbeat timeout says so."""
+    """The announcement, sent with the operation key, a per-attempt key or none (``key``). After
+    the first post the correction comes (if it comes after acceptance) and the newsletter is
+    ready; the first poster then dies (if the story says so): it never answers, and the
+    attempt's heartbeat timeout says so."""
     info = activity.info()
-    world = WORLDS[info.workflow_id or ""]
+    wid = info.workflow_id or ""
+    world = WORLDS[wid]
     sent_key = {"operation": op_key, "attempt": f"{op_key}#attempt-{current_attempt().attempt}",
                 "none": None}[key]
 
@@ -144,16 +242,25 @@ async def story_post(op_key: str, key: str, payload: dict[str, str]) -> str:
 
     receipt: Receipt = world.feed.receive(sent_key, payload, apply)
     world.posts += 1
-    if world.story["dies"] == "yes" and world.posts == 1:
-        await asyncio.Event().wait()
-    if world.story["change"] == "after":
-        await _publish(world, info.workflow_id or "")
+    if world.posts == 1:
+        if world.story["change"] == "after":
+            await _publish(world, wid)
+        state = await _beating(world.handle(wid).state())
+        for name, rule in rules(world.story).items():
+            got = read(world.story, state, rule)
+            if got is not None:
+                world.readings[name] = got
+        if world.story["dies"] == "yes":
+            await _gone(world)
     return str(receipt.effect_id)
 
 
 @workflow.defn
 class StoryWork(Work):
-    """The q3 digest as a user would write it with outlive inside Temporal."""
+    """The q3 digest as a user would write it with outlive inside Temporal.
+
+    The story's protections and progress are this execution's settings (``outlive_policy``,
+    ``outlive_progress``), set from its input before the work opens."""
 
     #: The lease: long enough that a loaded machine's slow activity start is not taken for
     #: silence (starts were seen up to 2.9 s after Temporal recorded them, at load average 25).
@@ -162,6 +269,10 @@ class StoryWork(Work):
     @workflow.run
     async def run(self, story: dict[str, Any]) -> dict[str, Any]:
         self.story = story
+        self.seen: dict[int, Attempt] = {}
+        self.outlive_policy = Policy(fencing=story["fencing"] == "on", pins=story["pins"] == "on")
+        self.outlive_progress = story["progress"]
+        self.outlive_epoch_floor = story["epoch_floor"]
         first = story["first_version"]
         result = await self.drive(self.attempt, story["versions"][first], version=first)
         # keep the digest current: a correction that arrived while the last attempt finished
@@ -170,7 +281,8 @@ class StoryWork(Work):
         while (acc := self.outlive.state.latest_acceptance) is not None \
                 and acc.version is not None and acc.version != self.outlive.state.current_version:
             result = await self.drive(self.attempt, None, version=first)
-        return result
+        steps = {str(n): {"restored": list(a.restored), "ran": list(a.ran)} for n, a in self.seen.items()}
+        return {**result, "steps": steps}
 
     def assess(self, candidate: Candidate, version: InputVersion | None) -> tuple[bool, str]:
         """Completeness and form only, as the harness's controller judges."""
@@ -182,54 +294,33 @@ class StoryWork(Work):
             return False, "a summary is empty or too long"
         return True, "complete, well-formed"
 
+    async def post(self, a: Attempt, op_key: str, digest: str) -> None:
+        st = self.story
+        await a.effect(op_key, story_post, op_key, st["key"],
+                       {"announce": st["title"], "digest": short(digest)},
+                       heartbeat_timeout=self.outlive_heartbeat,
+                       retry_policy=RetryPolicy(maximum_attempts=1))
+
     async def attempt(self, a: Attempt, inputs: dict[str, str]) -> dict[str, Any]:
         st = self.story
+        self.seen[a.number] = a
+        # a post an earlier attempt left unconfirmed is settled first, with its own key
+        for eff in self.outlive.state.effects:
+            if not L.is_settled(eff):
+                digest = next(acc.digest for acc in self.outlive.state.acceptances
+                              if eff.op_key == self.op_key(acc.digest))
+                await self.post(a, eff.op_key, digest)
         sections = {}
         for s in st["steps"]:
             out = await a.step(s, story_summarise, inputs[s], start_to_close_timeout=timedelta(minutes=5))
             sections[s] = out["summary"]
         acc = await a.accept({"title": st["title"], "sections": sections})
-        op_key = st["announce"].format(work_id=st["work_id"], digest=short(acc.digest))
-        await a.effect(op_key, story_post, op_key, st["key"], {"announce": st["title"],
-                                                        "digest": short(acc.digest)},
-                       heartbeat_timeout=self.outlive_heartbeat,
-                       retry_policy=RetryPolicy(maximum_attempts=1))
+        await self.post(a, self.op_key(acc.digest), acc.digest)
         return {"attempt": a.number, "digest": acc.digest, "version": acc.version}
 
-
-@workflow.defn
-class StoryWorkFencingOff(StoryWork):
-    outlive_policy = Policy(fencing=False)
-
-    @workflow.run
-    async def run(self, story: dict[str, Any]) -> dict[str, Any]:
-        return await super().run(story)
+    def op_key(self, digest: str) -> str:
+        return str(self.story["announce"].format(work_id=self.story["work_id"], digest=short(digest)))
 
 
-@workflow.defn
-class StoryWorkPinsOff(StoryWork):
-    outlive_policy = Policy(pins=False)
-
-    @workflow.run
-    async def run(self, story: dict[str, Any]) -> dict[str, Any]:
-        return await super().run(story)
-
-
-
-
-@workflow.defn
-class StoryWorkUnprotected(StoryWork):
-    outlive_policy = Policy(fencing=False, pins=False)
-
-    @workflow.run
-    async def run(self, story: dict[str, Any]) -> dict[str, Any]:
-        return await super().run(story)
-
-
-#: (fencing, pins) -> the workflow with that policy
-BY_POLICY: dict[tuple[str, str], type[StoryWork]] = {
-    ("on", "on"): StoryWork, ("off", "on"): StoryWorkFencingOff, ("on", "off"): StoryWorkPinsOff,
-    ("off", "off"): StoryWorkUnprotected}
-
-WORKFLOWS = [StoryWork, StoryWorkFencingOff, StoryWorkPinsOff, StoryWorkUnprotected]
+WORKFLOWS = [StoryWork]
 ACTIVITIES: list[Callable[..., Any]] = [story_summarise, story_post]

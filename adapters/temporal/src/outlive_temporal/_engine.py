@@ -26,7 +26,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -120,6 +120,11 @@ class _Carry:
     contents: dict[str, Any]
     generation: int
     blobs: list[str]
+    #: The digests of ``blobs``, in order, and the state's size as the cap counts it: the next
+    #: run takes them as they are instead of re-hashing every carried result in its first
+    #: workflow task (absent in histories recorded before they existed: then recomputed).
+    refs: list[str] | None = None
+    bytes: int | None = None
 
 
 class Attempt:
@@ -131,6 +136,11 @@ class Attempt:
         self.halt: str | None = None
         self._parts: dict[str, Part] = {}
         self._n = 0
+        self._restored: list[str] = []
+        self._ran: list[str] = []
+        #: With ``outlive_progress = "end"``: step -> (input key, write, result), flushed with the
+        #: candidate.
+        self._pending: dict[str, tuple[str, L.StepWrite, Any]] = {}
 
     @property
     def work_id(self) -> str:
@@ -153,6 +163,16 @@ class Attempt:
         """The steps this attempt used so far (run or restored), in order."""
         return dict(self._parts)
 
+    @property
+    def restored(self) -> tuple[str, ...]:
+        """The steps this attempt restored from the journal, in order (no activity ran)."""
+        return tuple(self._restored)
+
+    @property
+    def ran(self) -> tuple[str, ...]:
+        """The steps whose activity this attempt ran and got a result from, in order."""
+        return tuple(self._ran)
+
     async def step(self, name: str, activity: Any, /, *args: Any, reads: Mapping[str, Any] | None = None,
                    external: Sequence[str] = (), **options: Any) -> Any:
         """Restore ``name`` from the journal by input key, or run ``activity(*args)`` and journal it.
@@ -173,10 +193,14 @@ class Attempt:
         sources = {k: content_hash(v) for k, v in declared.items()}
         key = input_key(name, sources)
         hint = options.get("result_type") or _result_type(activity)
-        entry = led.state.lookup(name, key)
+        held = self._pending.get(name)
+        if held is not None and held[0] == key:
+            return held[2]              # run earlier in this attempt, not flushed yet
+        entry = led.lookup(name, key)
         if entry is not None:
             self._parts[name] = Part(step=name, input_key=key, sources=sources,
                                      result_id=entry.result_id)
+            self._restored.append(name)
             return led.restore(entry, hint)
         self._n += 1
         opts = led.activity_options(options)
@@ -192,9 +216,14 @@ class Attempt:
         write = L.StepWrite(step=name, sources=sources, input_key=key,
                             result=led.keep(result), result_id=rid,
                             external=tuple(sorted(external)))
-        led.apply(L.RecordSteps(attempt=self.number, token=self.token, entries=(write,),
-                                at=led.now()))
+        if led.owner.outlive_progress == "end":
+            L.check_size(write.result, f"result of step {name!r}")
+            self._pending[name] = (key, write, result)
+        else:
+            led.apply(L.RecordSteps(attempt=self.number, token=self.token, entries=(write,),
+                                    at=led.now()))
         self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
+        self._ran.append(name)
         led.after_step(self)
         return result
 
@@ -215,8 +244,12 @@ class Attempt:
         parts = tuple(self._parts[n] for n in names)
         version = self.version if led.state.policy.pins else None
         digest = L.candidate_digest(self.work_id, version, parts, content)
+        # with progress "end", the results run in this attempt are journaled here, in the same
+        # fenced write as the candidate that uses them
+        flush = tuple(write for _key, write, _result in self._pending.values())
         led.apply(L.SubmitCandidate(attempt=self.number, token=self.token, digest=digest,
-                                    parts=parts, content=content, at=led.now()))
+                                    parts=parts, content=content, at=led.now(), flush=flush))
+        self._pending.clear()
         cand = led.state.candidate(digest)
         assert cand is not None
         vrec = led.state.version(cand.version) if cand.version else None
@@ -295,6 +328,12 @@ class _WorkLedger:
         self.steps_this_run = 0
         self.current: Attempt | None = None
         self.has_store = bool(owner.__dict__.get("_outlive_store", False))
+        #: (step, input key) -> the latest journal entry, and step -> the latest by name alone
+        #: (restore without pins): a restore is a dict look-up, not a scan of the journal (a run
+        #: after continue-as-new restores every earlier step in its first workflow task).
+        self._by_key: dict[tuple[str, str | None], JournalEntry] = {}
+        self._by_name: dict[str, JournalEntry] = {}
+        self._indexed = 0
         if carry is not None:
             st = codec.loads(carry.state)
             if not isinstance(st, WorkState):
@@ -303,9 +342,13 @@ class _WorkLedger:
             self.opened = True
             self.contents = dict(carry.contents)
             self.generation = carry.generation
-            for text in carry.blobs:
-                self.blobs[_digest(text)] = text
-            self.bytes = len(carry.state) + sum(len(self.text(v)) for v in self.contents.values())
+            if carry.refs is not None and len(carry.refs) == len(carry.blobs):
+                self.blobs = dict(zip(carry.refs, carry.blobs, strict=True))
+            else:
+                self.blobs = {_digest(text): text for text in carry.blobs}
+            self.bytes = carry.bytes if carry.bytes is not None else (
+                len(carry.state) + sum(len(self.text(v)) for v in self.contents.values()))
+            self._index()
 
     # -- the ledger, applied in workflow code --------------------------------------------------
     def now(self) -> int:
@@ -327,7 +370,23 @@ class _WorkLedger:
                                   now=self.now())
         self.opened = True
         self.bytes += grow
+        self._index()
         return out
+
+    def _index(self) -> None:
+        """Index the journal entries written since the last call (the journal only grows)."""
+        journal = self.state.journal
+        for entry in journal[self._indexed:]:
+            self._by_key[entry.step, entry.input_key] = entry
+            self._by_name[entry.step] = entry
+        self._indexed = len(journal)
+
+    def lookup(self, step: str, key: str | None) -> JournalEntry | None:
+        """``WorkState.lookup`` from the index: the latest entry for ``step`` with ``key`` (by
+        name alone without pins)."""
+        if not self.state.policy.pins:
+            return self._by_name.get(step)
+        return self._by_key.get((step, key))
 
     def text(self, value: Any) -> str:
         """A value as the workflow's payload converter writes it (JSON text for the default)."""
@@ -386,6 +445,8 @@ class _WorkLedger:
 
     def after_step(self, attempt: Attempt) -> None:
         self.steps_this_run += 1
+        if attempt._pending:
+            return   # progress "end": results not journaled yet; continue as new after the flush
         every = self.owner.outlive_continue_after
         if (every is not None and self.steps_this_run >= every) \
                 or workflow.info().is_continue_as_new_suggested():
@@ -394,7 +455,8 @@ class _WorkLedger:
     async def drive(self, body: Callable[[Attempt, Any], Awaitable[T]], inputs: Any,
                     version: str) -> T:
         if not self.opened:
-            self.apply(L.OpenWork(policy=self.owner.outlive_policy))
+            self.apply(L.OpenWork(policy=self.owner.outlive_policy,
+                                  epoch_floor=self.owner.outlive_epoch_floor))
             self.publish(version, inputs)
         for _ in range(self.owner.outlive_max_attempts):
             cur = self.state.current_attempt
@@ -433,9 +495,13 @@ class _WorkLedger:
         await workflow.wait_condition(workflow.all_handlers_finished)
         refs = {e.result[_REF] for e in self.state.journal
                 if isinstance(e.result, dict) and _REF in e.result}
-        carry = {CARRY_KEY: _Carry(state=codec.dumps(self.state), contents=self.contents,
-                                   generation=self.generation + 1, blobs=[]).__dict__}
-        blobs = [self.blobs[r] for r in sorted(refs) if r in self.blobs]
+        kept = [r for r in sorted(refs) if r in self.blobs]
+        state = codec.dumps(self.state)
+        size = len(state) + sum(len(self.text(v)) for v in self.contents.values())
+        carry = {CARRY_KEY: _Carry(state=state, contents=self.contents,
+                                   generation=self.generation + 1, blobs=[], refs=kept,
+                                   bytes=size).__dict__}
+        blobs = [self.blobs[r] for r in kept]
         args = list(self.owner.__dict__.get("_outlive_args", ()))
         workflow.continue_as_new(args=[*args, carry, *blobs])
 
@@ -464,7 +530,8 @@ def _growth(cmd: L.Command) -> int:
     if isinstance(cmd, L.RecordSteps):
         return sum(len(canonical(w.result)) + 300 + len(w.step) for w in cmd.entries)
     if isinstance(cmd, L.SubmitCandidate):
-        return len(canonical(cmd.content)) + 200 + 150 * len(cmd.parts)
+        return (len(canonical(cmd.content)) + 200 + 150 * len(cmd.parts)
+                + sum(len(canonical(w.result)) + 300 + len(w.step) for w in cmd.flush))
     if isinstance(cmd, (L.RecordIntent, L.PublishInput, L.Admit)):
         return 300
     return 0
@@ -492,6 +559,12 @@ class Work:
     #: Continue-as-new after this many steps in one run (besides when Temporal suggests it).
     outlive_continue_after: ClassVar[int | None] = None
     outlive_max_attempts: ClassVar[int] = 20
+    #: ``"step"``: each step is journaled when its activity returns. ``"end"``: an attempt's
+    #: results are journaled with its candidate, in one fenced write (a successor restores
+    #: nothing from an attempt that never submitted; the conformance ``progress`` switch).
+    outlive_progress: ClassVar[Literal["step", "end"]] = "step"
+    #: The first owner token is ``outlive_epoch_floor + 1`` (continue an epoch kept elsewhere).
+    outlive_epoch_floor: ClassVar[int] = 0
 
     @property
     def outlive(self) -> _WorkLedger:
