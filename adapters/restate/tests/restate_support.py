@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from outlive import Controller
 from outlive.records import AttemptState, WorkState
 from outlive_restate import RestateBackend
 
@@ -40,3 +41,19 @@ async def finished(backend: RestateBackend, work: str) -> WorkState | None:
     if st is not None and any(a.state is AttemptState.FINISHED for a in st.attempts):
         return st
     return None
+
+
+def held(tmp_path: Path, attempt: int = 1, step: str = "s2") -> tuple[Path, Path]:
+    """The model-call log, and the file that holds ``attempt``'s ``step`` while it exists."""
+    log = tmp_path / "calls"
+    hold = Path(f"{log}.hold-{attempt}-{step}")
+    hold.touch()
+    return log, hold
+
+
+async def opened(backend: RestateBackend, work: str) -> Controller:
+    """A controller of ``work``, opened with :data:`SECTIONS` published as v1."""
+    ctl = Controller(backend)
+    await ctl.open_work(work)
+    await ctl.publish(work, "v1", SECTIONS)
+    return ctl

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from restate_support import HERE, SECTIONS, calls, finished, until
+from restate_support import HERE, SECTIONS, calls, finished, held, opened, until
 
 import outlive
 from outlive import Contract, Controller, Worker
@@ -92,12 +92,8 @@ async def _handler_attempt_held_in_s2(server: RestateServer, backend: RestateBac
                                       tmp_path: Path, **target: Any) -> tuple[str, Path, Path]:
     """A work started in the user's handler (long lease), its attempt #1 held inside s2."""
     work = f"faults/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
-    ctl = Controller(backend)
-    await ctl.open_work(work)
-    await ctl.publish(work, "v1", SECTIONS)
+    log, hold = held(tmp_path)
+    await opened(backend, work)
     target = {"service": "reports", "handler": "summarise", **target}
     if target.get("key") == "{work}":
         target["key"] = work

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from restate_support import HERE, SECTIONS, calls, finished, until
+from restate_support import HERE, SECTIONS, calls, finished, held, opened, until
 
 import outlive
 from outlive import Contract, Controller
@@ -40,9 +40,7 @@ FORM = Contract(name="form", version="1", assessor="test")
 
 async def open_and_start(backend: RestateBackend, work: str, log: Path, *,
                          lease: timedelta = timedelta(seconds=30), **target: Any) -> Controller:
-    ctl = Controller(backend)
-    await ctl.open_work(work)
-    await ctl.publish(work, "v1", SECTIONS)
+    ctl = await opened(backend, work)
     target.setdefault("service", "reports")
     target.setdefault("handler", "summarise")
     arg = {"sections": SECTIONS, "log": str(log), **target.pop("extra", {})}
@@ -92,9 +90,7 @@ async def test_work_completes_with_every_client_killed_and_a_paused_worker_repla
     check finds it silent, cancels it, marks it unknown and dispatches #2, which restores s1 by
     input key and finishes. #1 is released after: Restate's cancel ended it, nothing of it lands."""
     work = f"handler/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
+    log, hold = held(tmp_path)
     client = subprocess.Popen(
         [sys.executable, str(HERE / "restate_client.py"), server.url, work, str(log), "3000"],
         stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)})
@@ -130,9 +126,7 @@ async def test_late_write_of_paused_handler_is_refused(server: RestateServer,
     ledger's fence is what refuses #1's late write: #1 wakes, writes with token 1 after the
     epoch moved to 2, and gets StaleOwner; nothing of it lands."""
     work = f"handler/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
+    log, hold = held(tmp_path)
     ctl = await open_and_start(backend, work, log, lease=timedelta(minutes=10),
                                extra={"write": "call"})
     await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
@@ -192,9 +186,7 @@ async def test_owner_shape_silent_owner_is_cancelled_and_replaced(
     """The owner holds the object's lock while it runs; Restate's cancel ends it, which frees
     the lock for the lease's MarkUnknown and the successor's invocation on the same key."""
     work = f"owner/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
+    log, hold = held(tmp_path)
     try:
         await open_and_start(desk, work, log, service="desk", handler="draft", key=work,
                              lease=timedelta(milliseconds=3000), renew=False)
@@ -211,12 +203,8 @@ async def test_supervisor_with_the_restate_dispatcher(backend: RestateBackend,
                                                       tmp_path: Path) -> None:
     """The library's supervisor admits #1 and judges; Restate runs and replaces attempts."""
     work = f"supervised/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
-    ctl = Controller(backend)
-    await ctl.open_work(work)
-    await ctl.publish(work, "v1", SECTIONS)
+    log, hold = held(tmp_path)
+    await opened(backend, work)
     definition = WorkDefinition(work_id=work, attempt="restate_app:summarise", contract=FORM,
                                 lease=Lease(heartbeat_interval=1500, missed_beats=2))
     dispatcher = RestateDispatcher(backend, service="reports", handler="summarise",
@@ -235,9 +223,7 @@ async def test_supervisor_with_the_restate_dispatcher(backend: RestateBackend,
 async def test_lease_gives_up_after_max_attempts_instead_of_looping(
         backend: RestateBackend, tmp_path: Path) -> None:
     work = f"handler/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
+    log, hold = held(tmp_path)
     try:
         await open_and_start(backend, work, log, lease=timedelta(milliseconds=800),
                              max_attempts=1, renew=False)
@@ -300,9 +286,7 @@ async def test_a_step_longer_than_the_lease_renews_it_and_a_paused_handler_is_re
     (Restate timers racing the step's entry), so no check takes it over. Then its process is
     paused (SIGSTOP): nothing renews, and the lease replaces it as before."""
     work = f"renew/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
+    log, hold = held(tmp_path)
     lease_ms = 3000
 
     async def beats() -> int:
@@ -349,9 +333,7 @@ async def test_a_replay_goes_through_the_journaled_renewals(
     they completed (no journal mismatch), runs s2's body again and renews on; s1 comes from
     Restate's journal and the attempt finishes, alone."""
     work = f"renew/{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "calls"
-    hold = Path(f"{log}.hold-1-s2")
-    hold.touch()
+    log, hold = held(tmp_path)
     try:
         await open_and_start(backend, work, log, service="reports_apart",
                              lease=timedelta(minutes=10), extra={"renew_ms": 300})
