@@ -137,9 +137,15 @@ async def test_a_thousand_steps_of_20kb_continue_as_new_with_results_by_referenc
     assert all(isinstance(e.result, dict) for e in st.journal)   # references, not 20 KB blobs
     # history holds references: no event carries a 20 KB result; the last run's input carries
     # the ledger and one ~90-byte reference per earlier result
+    timers = 0
     async for event in handle.fetch_history_events():
         limit = 100_000 if event.event_id == 1 else 16_000
         assert event.ByteSize() < limit
+        timers += event.HasField("timer_started_event_attributes")
+    # the last run restores the attempt's first 750 steps 200 per workflow task (a 1 ms timer
+    # ends each), not all in its first task where a loaded worker could pass the 2 s deadlock
+    # timeout
+    assert timers == 750 // app.BigWork.outlive_restore_chunk
 
 
 async def test_leases_are_measured_on_the_engines_clock(client: Client, queue: str) -> None:

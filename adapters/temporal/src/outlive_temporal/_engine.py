@@ -201,7 +201,9 @@ class Attempt:
             self._parts[name] = Part(step=name, input_key=key, sources=sources,
                                      result_id=entry.result_id)
             self._restored.append(name)
-            return led.restore(entry, hint)
+            value = led.restore(entry, hint)
+            await led.after_restore()
+            return value
         self._n += 1
         opts = led.activity_options(options)
         opts["activity_id"] = activity_id(self.number, self.token, self._n, name)
@@ -326,6 +328,7 @@ class _WorkLedger:
         self.generation = 0
         self.bytes = 0
         self.steps_this_run = 0
+        self.restores_in_task = 0
         self.current: Attempt | None = None
         self.has_store = bool(owner.__dict__.get("_outlive_store", False))
         #: (step, input key) -> the latest journal entry, and step -> the latest by name alone
@@ -443,7 +446,18 @@ class _WorkLedger:
             workflow.logger.info("outlive: attempt #%s is unknown (%s)", attempt.number, detail)
         await workflow.wait_condition(lambda: False)
 
+    async def after_restore(self) -> None:
+        """Every ``outlive_restore_chunk`` restores in a row, end the workflow task (a 1 ms
+        durable timer). A run after continue-as-new restores every earlier step of the attempt
+        before its first activity: without this, a long attempt would do all of it in one
+        workflow task, and a loaded worker could pass Temporal's deadlock timeout (2 s)."""
+        self.restores_in_task += 1
+        if self.restores_in_task >= self.owner.outlive_restore_chunk:
+            self.restores_in_task = 0
+            await workflow.sleep(timedelta(milliseconds=1))
+
     def after_step(self, attempt: Attempt) -> None:
+        self.restores_in_task = 0
         self.steps_this_run += 1
         if attempt._pending:
             return   # progress "end": results not journaled yet; continue as new after the flush
@@ -559,6 +573,8 @@ class Work:
     #: Continue-as-new after this many steps in one run (besides when Temporal suggests it).
     outlive_continue_after: ClassVar[int | None] = None
     outlive_max_attempts: ClassVar[int] = 20
+    #: Restores done in one workflow task at most (then a 1 ms timer ends the task).
+    outlive_restore_chunk: ClassVar[int] = 200
     #: ``"step"``: each step is journaled when its activity returns. ``"end"``: an attempt's
     #: results are journaled with its candidate, in one fenced write (a successor restores
     #: nothing from an attempt that never submitted; the conformance ``progress`` switch).
