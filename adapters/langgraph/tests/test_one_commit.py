@@ -115,3 +115,28 @@ async def test_a_wrong_guess_of_langgraphs_place_leaves_no_stray_row(
         rows = conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'q3' AND "
                             "channel = '__return__'").fetchone()[0]
     assert (stray, rows) == (0, N)
+
+
+async def test_the_fence_check_copies_no_journal(sqlite_backend: LangGraphBackend) -> None:
+    """Each of LangGraph's writes is checked against the cached work when the head says it is
+    current: a whole load (which copies the journal) on every write made each step of a long
+    run cost more than the one before."""
+    b = sqlite_backend
+    saver = b.checkpointer
+    assert isinstance(saver, FencedAsyncSqliteSaver)
+
+    @entrypoint(checkpointer=saver)
+    async def prog(n: int) -> list[int]:
+        return [(await step(i))["i"] for i in range(n)]
+
+    w = await _worker(b)
+    loads: list[str] = []
+    whole = saver.store.load
+
+    def counted(conn: sqlite3.Connection, work_id: str) -> Any:
+        loads.append(work_id)
+        return whole(conn, work_id)
+
+    saver.store.load = counted  # type: ignore[method-assign]
+    assert await run(prog, N, worker=w) == list(range(N))
+    assert loads == []

@@ -210,6 +210,19 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         async with self.write_lock:
             return await run(lambda: fn(raw._conn))
 
+    def _owners(self, conn: sqlite3.Connection, work_id: str) -> WorkState | None:
+        """The work as the owner check needs it, inside the write's transaction.
+
+        When the head's ``seq`` is the cached one, the cached state (everything but the journal,
+        which the check never reads) is used as it is: no journal is copied on every LangGraph
+        write (a whole load copies the journal, so a long run paid more for each write).
+        """
+        row = conn.execute(_HEAD_SEQ, (work_id,)).fetchone()
+        cached = self.store.store.cached(work_id)
+        if row is not None and cached is not None and cached.state.seq == int(row[0]):
+            return cached.state
+        return self.store.load(conn, work_id)
+
     def task_rows(self, slot: TaskWrite, value: Any) -> tuple[str, list[tuple[Any, ...]]]:
         """LangGraph's row for a task that returned ``value`` (what ``aput_writes`` would write)."""
         return _PUT_WRITES % "IGNORE", [(slot.thread_id, slot.checkpoint_ns, slot.checkpoint_id,
@@ -226,7 +239,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
             try:
                 if owner is not None:
                     work, attempt, token = owner
-                    may_write(self.store.load(conn, work), work, attempt, token)
+                    may_write(self._owners(conn, work), work, attempt, token)
                 if stray is not None:
                     conn.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
                                                        stray.checkpoint_id, stray.task_id))
@@ -272,6 +285,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
 
 # The statements of LangGraph's AsyncSqliteSaver (langgraph-checkpoint-sqlite 3.x), so that the
 # fence check and the write run as one call in the connection's thread.
+_HEAD_SEQ = "SELECT seq FROM outlive_works WHERE work_id = ?"
 _PUT = ("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
         "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)")
 _DELETE_TASK_WRITES = ("DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND "
