@@ -90,6 +90,11 @@ async def _until(pred: Any, timeout: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
+def _logs(folder: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
+                     for p in sorted((folder / "logs").glob("*.log")))
+
+
 async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, *,
                     warm: bool | int = False,
                     stop_signal: signal.Signals | None = None) -> dict[str, Any]:
@@ -117,11 +122,19 @@ async def crash_run(url: str, folder: Path, point: str, sig: str, change: bool, 
         run = asyncio.create_task(sup.run())
 
         async def hit() -> bool:
+            if (folder / "hit-1").exists():
+                return True
             if run.done():
                 run.result()
-            return (folder / "hit-1").exists()
+                raise AssertionError(f"the work ended before attempt #1 reached {point}:\n"
+                                     + _logs(folder))
+            return False
 
-        await _until(hit, SLOW, f"attempt #1 to reach {point}")
+        try:
+            await _until(hit, SLOW, f"attempt #1 to reach {point}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; ledger: {await sup.controller.state(work)!r}\n"
+                                 + _logs(folder)) from None
         first = outlive.Assignment.of(backend, definition, (await sup.controller.state(work)).attempts[0])
         pid = dispatcher.pid(first)
         assert pid is not None

@@ -153,6 +153,26 @@ async def test_a_worker_whose_attempt_went_silent_before_it_claimed_it_is_told_s
         await Worker(backend, nxt.attempt, V1).start()
 
 
+async def test_a_slow_starting_worker_is_not_taken_over_the_moment_it_claims(
+        backend: outlive.Backend) -> None:
+    """``start_grace`` covers the start; the lease runs from the claim. (It ran from the
+    admission: a worker that claimed after more than one lease of start-up was marked unknown
+    on the supervisor's next pass and replaced before its first step.)"""
+    now = [0]
+    ctl = Controller(backend, clock=lambda: now[0], heartbeat_interval=500, missed_beats=4,
+                     start_grace=300_000)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    att = await ctl.admit("w")
+    now[0] = 10_000                                   # the process took 10 s to start
+    w = Worker(backend, att, V1, clock=lambda: now[0])
+    await w.start()
+    now[0] = 10_050
+    assert await ctl.observe("w") == []               # heard from 50 ms ago: not silent
+    now[0] = 12_001                                   # a whole lease after the claim: silent
+    assert [a.number for a in await ctl.observe("w")] == [att.number]
+
+
 async def test_a_restarted_controller_retrying_an_admission_never_doubles_the_token(
         backend: outlive.Backend) -> None:
     ctl = Controller(backend, clock=lambda: 0)

@@ -73,7 +73,7 @@ async def test_two_processes_share_one_ledger_and_the_stale_one_is_fenced(tmp_pa
         await ca.open_work("w")
         await ca.publish("w", "v1", {"s1": "x"})
         first = await ca.admit("w")
-        wa = Worker(a, first, {"s1": "x"})
+        wa = Worker(a, first, {"s1": "x"}, clock=lambda: 0)
         await wa.start()
         cb = Controller(b, clock=lambda: 9, heartbeat_interval=1)
         await cb.observe("w")

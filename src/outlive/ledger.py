@@ -709,8 +709,11 @@ def _heartbeat(state: WorkState, cmd: Heartbeat, now: int | None) -> tuple[WorkS
             "token, one worker", attempt=att.number, work_id=state.work_id,
         )
     if cmd.claim:
-        # Claiming is not renewing: the lease still runs from the admission (controller's time).
-        att = evolve(att, state=AttemptState.RUNNING, signs=att.signs + 1)
+        # The claim is the worker's first sign of life: its lease runs from here, not from the
+        # admission (``start_grace`` covered the start; a slow start must not be taken over the
+        # moment it is heard from). It is not counted as a heartbeat.
+        att = evolve(att, state=AttemptState.RUNNING, signs=att.signs + 1,
+                     last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)))
         seq = state.seq + 1
         new = evolve(state, attempts=_replace_attempt(state, att), seq=seq)
         return new, Outcome(kind="claimed", record=att, seq=seq)
