@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleet_support import worker_fleet
 from temporalio.client import Client
 
 from outlive import open_backend
@@ -25,25 +26,11 @@ from outlive_temporal import DevServer, OutlivePlugin, TemporalDispatcher
 from outlive_temporal._dispatch import supervise_workflow_id
 from outlive_temporal.testing import WorkerProcess
 
-HERE = str(Path(__file__).parent)
-
 
 @pytest.fixture
 def fleet(temporal_server: DevServer, tmp_path: Path) -> Iterator[tuple[str, list[WorkerProcess]]]:
-    queue = f"dispatch-{uuid.uuid4().hex[:8]}"
-    env = {"OUTLIVE_TEST_DIR": str(tmp_path)}
-    workers = [WorkerProcess(temporal_server.address, queue, "temporal_engine_app",
-                             pythonpath=[HERE], env=env, log_path=str(tmp_path / f"worker{i}.log"))
-               for i in range(2)]
-    try:
-        for w in workers:
-            w.spawn()
-        for w in workers:
-            w.wait_ready()
+    with worker_fleet(temporal_server.address, "dispatch", 2, tmp_path) as (queue, workers):
         yield queue, workers
-    finally:
-        for w in workers:
-            w.kill()
 
 
 async def test_the_engine_takes_over_a_killed_attempt_with_no_supervisor_left(

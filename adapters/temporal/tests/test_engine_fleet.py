@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_support import worker_fleet
 from temporalio.client import Client
 
 from outlive.records import AttemptState
 from outlive_temporal import DevServer, OutlivePlugin, WorkHandle
 from outlive_temporal.testing import WorkerProcess, start_and_die
 
-HERE = str(Path(__file__).parent)
 REPORT = {"s1": "slow:0:alpha", "s2": "slow:4:beta", "s3": "slow:0:gamma"}
 
 
@@ -30,20 +30,8 @@ def fleet(temporal_server: DevServer, tmp_path_factory: pytest.TempPathFactory) 
         -> Iterator[tuple[str, list[WorkerProcess], Path]]:
     """Three worker processes on one task queue (a test kills one), markers in a temp dir."""
     marks = tmp_path_factory.mktemp("fleet")
-    queue = f"fleet-{uuid.uuid4().hex[:8]}"
-    env = {"OUTLIVE_TEST_DIR": str(marks)}
-    workers = [WorkerProcess(temporal_server.address, queue, "temporal_engine_app",
-                             pythonpath=[HERE], env=env, log_path=str(marks / f"worker{i}.log"))
-               for i in range(3)]
-    try:
-        for w in workers:
-            w.spawn()
-        for w in workers:
-            w.wait_ready()
+    with worker_fleet(temporal_server.address, "fleet", 3, marks) as (queue, workers):
         yield queue, workers, marks
-    finally:
-        for w in workers:
-            w.kill()
 
 
 async def _wait_for(path: Path, timeout: float = 60.0) -> str:

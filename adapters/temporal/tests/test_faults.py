@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from outlive import Controller, Worker, open_backend
+from outlive import Worker, open_backend
 from outlive.errors import BackendUnavailable
+from outlive_conformance.testing import open_work
 from outlive_temporal import DevServer, TemporalBackend
 from outlive_temporal.devserver import free_port
 
@@ -35,14 +36,8 @@ async def test_restart_mid_run_resumes_without_half_writes() -> None:
     try:
         b = TemporalBackend(srv.url + "?retry_s=60")
         await b.start()
-        work = f"fault/{uuid.uuid4().hex[:8]}/digest"
-        tick = iter(range(1, 10_000))
-        ctl = Controller(b, clock=lambda: next(tick))
-        await ctl.open_work(work)
-        await ctl.publish(work, "v1", V1)
-        a1 = await ctl.admit(work)
-        w1 = Worker(b, a1, V1, clock=lambda: next(tick))
-        await w1.start()
+        opened = await open_work(b, versions={"v1": V1}, work_id=f"fault/{uuid.uuid4().hex[:8]}/digest")
+        work, a1, w1 = opened.work_id, opened.attempt, opened.worker
         await w1.step("s1", summarise, s1=V1["s1"])
         await w1.step("s2", summarise, s2=V1["s2"])
         before = await b.load(work)
@@ -74,7 +69,7 @@ async def test_restart_mid_run_resumes_without_half_writes() -> None:
         await b.close()
         b2 = TemporalBackend(srv.url + "?retry_s=2")
         await b2.start()
-        w2 = Worker(b2, a1, V1, clock=lambda: next(tick))
+        w2 = Worker(b2, a1, V1, clock=lambda: opened.clock[0])
         await w2.start(claim=False)   # the same worker, reconnected: it claimed a1 already
         srv.stop()
         with pytest.raises(BackendUnavailable):
