@@ -127,6 +127,33 @@ class HoldWork(Work):
 
 
 @workflow.defn
+class ApprovalWork(Work):
+    """Waits for an editor's approval (a signal) between its two steps."""
+
+    outlive_heartbeat = timedelta(seconds=1)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.approved = False
+
+    @workflow.signal
+    def approve(self) -> None:
+        self.approved = True
+
+    @workflow.run
+    async def run(self, report: dict[str, str]) -> dict[str, Any]:
+        return await self.drive(self.attempt, report)
+
+    async def attempt(self, a: Attempt, report: dict[str, str]) -> dict[str, Any]:
+        first = await a.step("s1", part, report["s1"])
+        async with a.waiting("approval by the editor"):
+            await workflow.wait_condition(lambda: self.approved)
+        second = await a.step("s2", part, report["s2"])
+        acc = await a.accept({"digest": f"{first} {second}"})
+        return {"digest": acc.digest, "attempt": a.number}
+
+
+@workflow.defn
 class BigWork(Work):
     """``n`` steps of ``size`` bytes each, continuing as new every 250 steps."""
 
@@ -201,5 +228,5 @@ async def supervised_attempt(ctx: Any) -> None:
     await ctx.submit({"digest": " ".join(out)})
 
 
-WORKFLOWS = [FleetWork, HoldWork, BigWork, SmallCanWork]
+WORKFLOWS = [FleetWork, HoldWork, ApprovalWork, BigWork, SmallCanWork]
 ACTIVITIES = [part, held, blob]

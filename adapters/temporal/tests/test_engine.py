@@ -103,6 +103,37 @@ async def test_a_corrected_input_makes_the_engine_rebuild_for_it(client: Client,
     assert dep is not None and dep["content"] == {"digest": "RB-A RB-B2"}
 
 
+async def test_waiting_for_a_signal_is_waiting_not_silence(client: Client, queue: str) -> None:
+    """The attempt waits for a signal for several leases (1 s each): the ledger says
+    ``waiting`` and why, a controller's MarkUnknown leaves it alone, and after the signal the
+    same attempt finishes (no successor)."""
+    wid = _id("digest/approval")
+    handle = await client.start_workflow(app.ApprovalWork.run, {"s1": "ap-a", "s2": "ap-b"},
+                                         id=wid, task_queue=queue)
+    work = WorkHandle(handle)
+
+    async def waiting() -> bool:
+        st = await work.state()
+        return st.attempts[-1].state is AttemptState.WAITING
+
+    for _ in range(300):
+        if await waiting():
+            break
+        await asyncio.sleep(0.05)
+    att = (await work.state()).attempts[-1]
+    assert att.state is AttemptState.WAITING and att.waiting_for == "approval by the editor"
+    await asyncio.sleep(3.5)                         # three leases and more
+    out = await work.execute(L.MarkUnknown(attempt=att.number, at=0))
+    assert out.kind == "unchanged"                   # waiting is not silence
+    assert (await work.state()).attempts[-1].state is AttemptState.WAITING
+    await handle.signal(app.ApprovalWork.approve)
+    res = await handle.result()
+    assert res["attempt"] == 1
+    st = await work.state()
+    assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
+    assert st.acceptances[-1].digest == res["digest"]
+
+
 async def test_state_past_the_cap_fails_the_work_with_a_typed_error(
         client: Client, queue: str) -> None:
     """Without a store, 20 KB results would pass Temporal's 2 MB carry: the step that would

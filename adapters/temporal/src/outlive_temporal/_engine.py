@@ -23,7 +23,8 @@ import base64
 import functools
 import hashlib
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Literal, TypeVar
@@ -300,6 +301,23 @@ class Attempt:
         led.apply(L.ConfirmEffect(attempt=self.number, token=self.token, op_key=op_key,
                                   receipt=receipt, at=led.now()))
         return str(result)
+
+    @asynccontextmanager
+    async def waiting(self, reason: str) -> AsyncIterator[None]:
+        """Wait on a person or an outside event (a signal, an update) as ``waiting``, not silence.
+
+        ``async with a.waiting("approval by the editor"): await workflow.wait_condition(...)``.
+        The ledger records ``waiting`` and the reason: the attempt still holds the work, nothing
+        watches its lease, and a controller's ``MarkUnknown`` leaves it alone, however long the
+        wait. Leaving the block records ``running`` again (a step would too). Temporal itself
+        never suspects a workflow that waits: only a step's activity has a heartbeat timeout.
+        """
+        led = self._ledger
+        led.check_live(self)
+        led.apply(L.Wait(attempt=self.number, token=self.token, reason=reason, at=led.now()))
+        yield
+        led.check_live(self)
+        led.apply(L.Resume(attempt=self.number, token=self.token, at=led.now()))
 
 
 def _result_type(activity: Any) -> Any:
