@@ -16,8 +16,8 @@ sweep-temporal: install
 
 bench-temporal: install
 	mkdir -p .bench
-	$(PY) -m outlive_temporal.bench --out .bench/temporal.json
-	$(PY) -m outlive_temporal.bench_engine --out .bench/temporal_engine.json
+	$(PY) adapters/temporal/bench/bench_temporal.py --out .bench/temporal.json
+	$(PY) adapters/temporal/bench/bench_engine.py --out .bench/temporal_engine.json
 
 # The conformance sweep inside a user's workflow: all 864 runs (288 stories, each judged under the
 # three rules) beside memory:// and the oracle; ~2 min on its own dev server.

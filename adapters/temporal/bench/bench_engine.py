@@ -14,7 +14,7 @@
 * ``takeover``: a step that heartbeats once and then goes silent; the time from that last
   heartbeat to the successor's first activity starting (heartbeat timeout 1 s), several times.
 
-``python -m outlive_temporal.bench_engine [--steps N] [--rounds R] [--out FILE]``.
+``python adapters/temporal/bench/bench_engine.py [--steps N] [--rounds R] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Replayer, Worker
 
-from ._engine import Attempt, Work
-from ._plugin import OutlivePlugin
-from .devserver import DevServer
+from outlive_temporal import Attempt, OutlivePlugin, Work
+from outlive_temporal.devserver import DevServer
 
 __all__ = ["main", "run_bench"]
 
@@ -177,7 +176,7 @@ async def run_bench(address: str, n: int, rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m outlive_temporal.bench_engine")
+    p = argparse.ArgumentParser(prog="python adapters/temporal/bench/bench_engine.py")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--out")
@@ -194,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # the workflow sandbox re-imports a workflow's module by name: run the importable copy
-    from outlive_temporal import bench_engine
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_engine
 
     raise SystemExit(bench_engine.main())

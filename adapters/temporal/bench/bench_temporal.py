@@ -22,7 +22,7 @@ Everything runs twice: on a dev server with one matching partition per task queu
 :class:`DevServer` default) and, under ``default_partitions``, with Temporal's default four — the
 non-eager activity dispatch (the outlive shapes' step queue) pays ~8 ms per step for the latter.
 
-``python -m outlive_temporal.bench [--steps N] [--out FILE]`` prints and writes JSON.
+``python adapters/temporal/bench/bench_temporal.py [--steps N] [--out FILE]`` prints and writes JSON.
 """
 
 from __future__ import annotations
@@ -42,9 +42,8 @@ from temporalio.worker import Worker as TWorker
 
 from outlive import Backend, Controller, Worker
 from outlive import ledger as L
-
-from ._backend import TemporalBackend
-from .devserver import DevServer
+from outlive_temporal import TemporalBackend
+from outlive_temporal.devserver import DevServer
 
 __all__ = ["main", "run_bench"]
 
@@ -177,7 +176,7 @@ async def run_bench(url: str, n: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m outlive_temporal.bench")
+    p = argparse.ArgumentParser(prog="python adapters/temporal/bench/bench_temporal.py")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out")
     args = p.parse_args(argv)
