@@ -152,7 +152,9 @@ async def tell(client: Client, queue: str, sc: Scenario,
             "first_acceptance_tick": None, "announcement_confirmed_at": None,
             "newsletter_start": None, "newsletter_figure": seen.figure,
             "required_figure": seen.required, "applied_after_retention": 0,
-            "invariants": verdict, "finished": world.failed is None,
+            # finished as the harness counts it: the work ended and every intent is settled
+            "invariants": verdict,
+            "finished": world.failed is None and all(L.is_settled(e) for e in st.effects),
             # what only these checks read
             "failed": world.failed, "late": world.late, "stale_landed": world.stale_landed,
         }
