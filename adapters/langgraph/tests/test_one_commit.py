@@ -43,6 +43,21 @@ async def step(i: int) -> dict[str, int]:
     return {"i": i}
 
 
+def _saver(b: LangGraphBackend) -> FencedAsyncSqliteSaver:
+    saver = b.checkpointer
+    assert isinstance(saver, FencedAsyncSqliteSaver)
+    return saver
+
+
+def _program(saver: FencedAsyncSqliteSaver) -> Any:
+    """An entrypoint running ``step(0) … step(n-1)`` on ``saver``."""
+    @entrypoint(checkpointer=saver)
+    async def prog(n: int) -> list[int]:
+        return [(await step(i))["i"] for i in range(n)]
+
+    return prog
+
+
 @pytest.fixture
 async def sqlite_backend(tmp_path: Path) -> Any:
     b = await outlive.open_backend(f"langgraph+sqlite:///{tmp_path}/lg.db")
@@ -54,13 +69,8 @@ async def sqlite_backend(tmp_path: Path) -> Any:
 
 async def test_each_step_of_an_entrypoint_is_one_commit(sqlite_backend: LangGraphBackend) -> None:
     b = sqlite_backend
-    saver = b.checkpointer
-    assert isinstance(saver, FencedAsyncSqliteSaver)
-
-    @entrypoint(checkpointer=saver)
-    async def prog(n: int) -> list[int]:
-        return [(await step(i))["i"] for i in range(n)]
-
+    saver = _saver(b)
+    prog = _program(saver)
     w = await _worker(b)
     commits = await _commits(saver)
     assert await run(prog, N, worker=w) == list(range(N))
@@ -79,8 +89,7 @@ async def test_each_step_of_an_entrypoint_is_one_commit(sqlite_backend: LangGrap
 async def test_a_worker_step_is_one_commit_with_its_task(sqlite_backend: LangGraphBackend) -> None:
     """The external-worker shape: the one-task program's write and the journal entry."""
     b = sqlite_backend
-    saver = b.checkpointer
-    assert isinstance(saver, FencedAsyncSqliteSaver)
+    saver = _saver(b)
     w = await _worker(b)
     for i in range(N):
         assert await w.step(f"s{i}", lambda i: {"i": i}, i=External(i)) == {"i": i}
@@ -92,8 +101,7 @@ async def test_a_worker_step_is_one_commit_with_its_task(sqlite_backend: LangGra
 async def test_a_wrong_guess_of_langgraphs_place_leaves_no_stray_row(
         sqlite_backend: LangGraphBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     b = sqlite_backend
-    saver = b.checkpointer
-    assert isinstance(saver, FencedAsyncSqliteSaver)
+    saver = _saver(b)
     real = _engine.running_task_write
 
     def wrong() -> Any:
@@ -102,10 +110,7 @@ async def test_a_wrong_guess_of_langgraphs_place_leaves_no_stray_row(
 
     monkeypatch.setattr(_engine, "running_task_write", wrong)
 
-    @entrypoint(checkpointer=saver)
-    async def prog(n: int) -> list[int]:
-        return [(await step(i))["i"] for i in range(n)]
-
+    prog = _program(saver)
     w = await _worker(b)
     assert await run(prog, N, worker=w) == list(range(N))
     assert saver.merged == 0
@@ -122,13 +127,8 @@ async def test_the_fence_check_copies_no_journal(sqlite_backend: LangGraphBacken
     current: a whole load (which copies the journal) on every write made each step of a long
     run cost more than the one before."""
     b = sqlite_backend
-    saver = b.checkpointer
-    assert isinstance(saver, FencedAsyncSqliteSaver)
-
-    @entrypoint(checkpointer=saver)
-    async def prog(n: int) -> list[int]:
-        return [(await step(i))["i"] for i in range(n)]
-
+    saver = _saver(b)
+    prog = _program(saver)
     w = await _worker(b)
     loads: list[str] = []
     whole = saver.store.load
