@@ -712,13 +712,10 @@ def _heartbeat(state: WorkState, cmd: Heartbeat, now: int | None) -> tuple[WorkS
         # The claim is the worker's first sign of life: its lease runs from here, not from the
         # admission (``start_grace`` covered the start; a slow start must not be taken over the
         # moment it is heard from). It is not counted as a heartbeat.
-        att = evolve(att, state=AttemptState.RUNNING, signs=att.signs + 1,
-                     last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)))
-        seq = state.seq + 1
-        new = evolve(state, attempts=_replace_attempt(state, att), seq=seq)
-        return new, Outcome(kind="claimed", record=att, seq=seq)
-    kind = "revived" if att.state is AttemptState.UNKNOWN else "beat"
-    att = evolve(_alive(att, _when(cmd.at, now), resume=False), heartbeats=att.heartbeats + 1)
+        kind, att = "claimed", _alive(att, _when(cmd.at, now))
+    else:
+        kind = "revived" if att.state is AttemptState.UNKNOWN else "beat"
+        att = evolve(_alive(att, _when(cmd.at, now), resume=False), heartbeats=att.heartbeats + 1)
     seq = state.seq + 1
     new = evolve(state, attempts=_replace_attempt(state, att), seq=seq)
     return new, Outcome(kind=kind, record=att, seq=seq)
