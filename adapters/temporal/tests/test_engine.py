@@ -112,15 +112,19 @@ async def test_waiting_for_a_signal_is_waiting_not_silence(client: Client, queue
                                          id=wid, task_queue=queue)
     work = WorkHandle(handle)
 
-    async def waiting() -> bool:
-        st = await work.state()
-        return st.attempts[-1].state is AttemptState.WAITING
+    async def last_attempt() -> Any:
+        try:
+            st = await work.state()
+        except NotFound:                             # its first workflow task has not run yet
+            return None
+        return st.attempts[-1] if st.attempts else None
 
     for _ in range(300):
-        if await waiting():
+        att = await last_attempt()
+        if att is not None and att.state is AttemptState.WAITING:
             break
         await asyncio.sleep(0.05)
-    att = (await work.state()).attempts[-1]
+    assert att is not None
     assert att.state is AttemptState.WAITING and att.waiting_for == "approval by the editor"
     await asyncio.sleep(3.5)                         # three leases and more
     out = await work.execute(L.MarkUnknown(attempt=att.number, at=0))
