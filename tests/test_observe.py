@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,21 @@ async def test_every_record_write_and_rejection_is_logged_with_its_fields(
     assert steps == [(1, "s1"), (1, "s2"), (2, "s2"), (2, "s3"), (2, "s4")]
     admits = [(f["attempt"], f["token"]) for f in fields if f["command"] == "Admit"]
     assert admits == [(1, 41), (2, 42), (3, 43)]
+
+
+def test_a_program_that_configured_no_logging_sees_no_log_lines() -> None:
+    """The main run refuses a stale write (a WARNING); a library leaves its logs to the
+    application, so a program that never configured logging must not get it on stderr."""
+    code = ("import asyncio, outlive\n"
+            "from outlive._demo import main_run\n"
+            "async def go():\n"
+            "    async with await outlive.open_backend('memory://') as b:\n"
+            "        assert (await main_run(b)).clean\n"
+            "asyncio.run(go())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "StaleOwner" not in done.stderr and done.stderr.strip() == "", done.stderr
 
 
 def render(finished: tuple[ReadableSpan, ...] | list[ReadableSpan]) -> str:

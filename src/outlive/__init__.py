@@ -8,6 +8,8 @@ SQLite ledger or on Temporal, Restate or LangGraph through adapters.
 
 from __future__ import annotations
 
+import logging
+
 from . import errors
 from ._process import SubprocessDispatcher
 from .backend import Backend, StepCall, open_backend, register_backend
@@ -46,6 +48,10 @@ from .supervisor import (
 from .worker import KEEP, External, Worker
 
 __version__ = "0.1.0"
+
+# A library leaves its logs to the application: without this, Python's last-resort handler
+# prints every refused command (WARNING) to stderr of programs that never configured logging.
+logging.getLogger("outlive").addHandler(logging.NullHandler())
 
 __all__ = [
     "KEEP",
