@@ -123,15 +123,30 @@ _UPDATE_HEAD = ("UPDATE outlive_works SET seq = ?, epoch = ?, write_id = ?, stat
 _UPSERT_ROW = ("INSERT INTO outlive_rows (work_id, kind, idx, wseq, body) VALUES (?,?,?,?,?) "
                "ON CONFLICT (work_id, kind, idx) DO UPDATE SET wseq = excluded.wseq, "
                "body = excluded.body")
+#: PostgreSQL: the head's compare-and-set and the changed rows in one statement. The rows are a
+#: ``VALUES`` list of plain parameters (one statement text per row count, prepared by psycopg
+#: once it repeats): passing them as text arrays made psycopg quote every body's JSON in Python
+#: (a regular-expression substitution per ``"``), the largest single cost of a write.
 _PG_WRITE = ("WITH head AS ({head} RETURNING work_id), "
              "changed AS (INSERT INTO outlive_rows (work_id, kind, idx, wseq, body) "
-             "SELECT head.work_id, v.kind, v.idx, %s, v.body FROM head, "
-             "unnest(%s::text[], %s::int[], %s::text[]) AS v(kind, idx, body) "
+             "SELECT head.work_id, v.kind, v.idx, %s, v.body FROM head, (VALUES {values}) "
+             "AS v(kind, idx, body) "
              "ON CONFLICT (work_id, kind, idx) DO UPDATE SET wseq = excluded.wseq, "
              "body = excluded.body) "
              "SELECT count(*) FROM head")
+_PG_VALUE = "(%s::text, %s::integer, %s::text)"
 _LANDED = "SELECT seq, write_id FROM outlive_works WHERE work_id = ?"
 _WORKS = "SELECT work_id FROM outlive_works ORDER BY work_id"
+_PG_WRITES: dict[tuple[str, int], str] = {}
+
+
+def _pg_write(head: str, n: int) -> str:
+    """The one-statement write of the head and ``n`` rows (texts kept: psycopg prepares them)."""
+    sql = _PG_WRITES.get((head, n))
+    if sql is None:
+        sql = _PG_WRITES[(head, n)] = _PG_WRITE.format(
+            head=head, values=", ".join([_PG_VALUE] * n))
+    return sql
 
 
 def sqlite_path(url: str) -> str:
@@ -169,8 +184,9 @@ class Write:
     #: Bytes of encoded records this write sends (head plus rows): what a command costs on disk.
     size: int
     #: PostgreSQL: the same write as one statement (the head update and the rows joined in
-    #: data-modifying CTEs), answering the number of heads changed (1, or 0 if ``cas`` missed).
-    #: One statement is one round trip and leaves no transaction open between statements.
+    #: data-modifying CTEs, answering the number of heads changed: 1, or 0 if ``cas`` missed;
+    #: with no rows, ``cas`` itself, answered by its row count). One statement is one round trip
+    #: and leaves no transaction open between statements.
     single: tuple[str, tuple[Any, ...]] | None = None
 
 
@@ -413,9 +429,14 @@ class SqlLedgerStore:
                    (new.seq, new.epoch, write_id, head, work_id, old.state.seq))
         single = None
         if self.dialect.name == "postgresql":
-            single = (_PG_WRITE.format(head=cas[0]), (*cas[1], new.seq,
-                                                       [r[1] for r in rows], [r[2] for r in rows],
-                                                       [r[4] for r in rows]))
+            if rows:
+                params: list[Any] = [*cas[1], new.seq]
+                for r in rows:
+                    params += r[1:3]
+                    params.append(r[4])
+                single = (_pg_write(cas[0], len(rows)), tuple(params))
+            else:
+                single = cas  # the head alone: answered by its row count
         return Write(cas=cas, rows_sql=self.dialect.sql(_UPSERT_ROW), rows=rows, size=size,
                      single=single)
 
