@@ -59,6 +59,15 @@ def _text(fields: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
+def _tracing() -> bool:
+    """Whether spans can record: an SDK's tracer provider is installed. Until then the API's
+    provider is a proxy whose spans record nothing, and outlive skips them (a step opens two)."""
+    if _otel is None:
+        return False
+    return not isinstance(_otel.get_tracer_provider(),
+                          (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider))
+
+
 def _event(name: str, fields: Mapping[str, Any]) -> None:
     if _otel is None:
         return
@@ -70,6 +79,8 @@ def _event(name: str, fields: Mapping[str, Any]) -> None:
 
 def recorded(work_id: str, command: Command, outcome: Outcome) -> None:
     """Log one record write (the outcome's kind says what the ledger did)."""
+    if not (_tracing() or log.isEnabledFor(logging.INFO)):
+        return
     fields = {**command_fields(work_id, command), "outcome": outcome.kind}
     record = outcome.record
     for attr, name in (("number", "attempt"), ("token", "token"), ("digest", "digest"),
@@ -77,7 +88,14 @@ def recorded(work_id: str, command: Command, outcome: Outcome) -> None:
         value = getattr(record, attr, None)
         if name not in fields and isinstance(value, (str, int)) and not isinstance(value, bool):
             fields[name] = value
-    log.info("record %s", _text(fields), extra={"outlive": fields})
+    _info(fields)
+
+
+def _info(fields: dict[str, Any]) -> None:
+    """Log a write and add it to the current span: both skipped when nobody listens, since
+    this runs once per record, on every step's path."""
+    if log.isEnabledFor(logging.INFO):
+        log.info("record %s", _text(fields), extra={"outlive": fields})
     _event("outlive.record", fields)
 
 
@@ -116,9 +134,7 @@ async def run_and_record(backend: Backend, call: StepCall, fn: Callable[[], Awai
         rejected(call.work_id, "RecordSteps", exc, attempt=call.attempt, token=call.token,
                  step=call.step)
         raise
-    fields = {**_step_fields(call), "outcome": outcome.kind}
-    log.info("record %s", _text(fields), extra={"outlive": fields})
-    _event("outlive.record", fields)
+    _info({**_step_fields(call), "outcome": outcome.kind})
     return result, outcome
 
 
@@ -133,16 +149,14 @@ async def run_and_record_many(backend: Backend, calls: list[StepCall],
                  steps=[c.step for c in calls], attempt=calls[0].attempt, token=calls[0].token)
         raise
     for call in calls:
-        fields = {**_step_fields(call), "outcome": "journaled"}
-        log.info("record %s", _text(fields), extra={"outlive": fields})
-        _event("outlive.record", fields)
+        _info({**_step_fields(call), "outcome": "journaled"})
     return results
 
 
 @contextlib.contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Any]:
     """An OpenTelemetry span (or nothing without the extra); errors are recorded on it."""
-    if _otel is None:
+    if not _tracing():
         yield None
         return
     tracer = _otel.get_tracer("outlive")
@@ -167,7 +181,7 @@ def traced(name: str, before: Callable[..., Mapping[str, Any]],
     def wrap(method: F) -> F:
         @functools.wraps(method)
         async def inner(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if _otel is None:
+            if not _tracing():
                 return await method(self, *args, **kwargs)
             with span(name, **_attributes(before, self, *args, **kwargs)) as current:
                 result = await method(self, *args, **kwargs)
