@@ -13,6 +13,7 @@ other test of this adapter.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,7 +22,8 @@ from outlive import Backend, Contract, Controller, Worker
 from outlive import ledger as L
 from outlive.errors import StaleOwner
 from outlive.records import Receipt, WorkState
-from outlive_restate._ledger import _view, _write, read_all
+from outlive_restate import _errors
+from outlive_restate._ledger import _apply, _view, _write, answer, read_all
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -148,3 +150,50 @@ async def test_every_write_of_a_work_can_be_cut_anywhere() -> None:
     assert st is not None and [e.step for e in st.journal] == ["s1", "s2", "s3", "s2"]
     assert len(st.candidates) == 1 and len(st.acceptances) == 1 and len(st.effects) == 1
     assert b.cuts >= 25  # every set and clear of 17 commands
+
+
+class _Answering(Backend):
+    """Applies each command as the ledger handler does, and checks its answer (``ANSWER``)."""
+
+    def __init__(self) -> None:
+        super().__init__("answers://")
+        self.data: dict[str, dict[str, bytes]] = {}
+        self.checked = 0
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        data = self.data.setdefault(work_id, {})
+        before = await _full(work_id, data)
+        kv = _KV(work_id, data)
+        raw = _errors.dumps(await _apply(kv, command))  # type: ignore[arg-type]
+        self.data[work_id] = _run(data, kv.ops)
+        after = await _full(work_id, self.data[work_id])
+        outcome, state = answer(raw, before)
+        assert state == after, type(command).__name__   # what a read would return
+        if before is not None and before.journal:        # a shorter known journal: read instead
+            assert answer(raw, replace(before, journal=before.journal[:-1]))[1] is None
+        self.checked += 1
+        return outcome
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return await _full(work_id, self.data.get(work_id, {}))
+
+
+async def test_a_write_answers_with_the_state_it_left() -> None:
+    """The answer a write gives when asked (the conformance driver's, instead of a read) is the
+    stored state, the journal's prefix taken from the state known before the write."""
+    b = _Answering()
+    ctl = Controller(b, clock=lambda: 1)
+    w = "answers/q3"
+    await ctl.open_work(w)
+    await ctl.publish(w, "v1", V1)
+    a1 = await ctl.admit(w)
+    wk = Worker(b, a1, V1, clock=lambda: 2)
+    await wk.start()
+    for name in V1:
+        await wk.step(name, lambda **kw: {"summary": "x"}, **{name: V1[name]})
+    await wk.step("s1", lambda **kw: {"summary": "x"}, s1=V1["s1"])   # restored: no change
+    cand = await wk.candidate({"text": "digest"})
+    await ctl.assess(w, cand.digest, Contract(name="form", version="1", assessor="t"),
+                     lambda c, v: (True, "ok"))
+    await wk.finish()
+    assert b.checked >= 10

@@ -226,6 +226,10 @@ class _ReadOnce(Backend):
     it starts and when it ends, and while it runs nothing read is kept, except while one of its
     step bodies runs: an engine writes a step's record after its body, never during it (a body
     held for several ticks, a paused worker's, would otherwise turn every read back on).
+
+    A backend whose writes answer with the state they left (``answered(work_id)``, Restate's
+    in-handler driver) hands that state over: when nothing else moved while a write was
+    writing, it is what the next read would return, and it is kept as read.
     """
 
     def __init__(self, inner: Backend) -> None:
@@ -254,14 +258,30 @@ class _ReadOnce(Backend):
             self._read[work_id] = st
         return st
 
+    def _ended(self, work_id: str, mark: int, ok: bool) -> None:
+        """A write ends (``ok``: it returned); ``mark`` is ``_writes`` when it began writing
+        (after its body)."""
+        alone = ok and self._writes == mark and self._writing == 1
+        self._moved(-1)
+        answered = getattr(self.inner, "answered", None)
+        if answered is not None:
+            state = answered(work_id)   # taken either way: it belongs to this write
+            if alone and state is not None:
+                self._read[work_id] = state
+
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
         self._moved(1)
+        mark = self._writes
+        ok = False
         try:
-            return await self.inner.execute(work_id, command)
+            out = await self.inner.execute(work_id, command)
+            ok = True
+            return out
         finally:
-            self._moved(-1)
+            self._ended(work_id, mark, ok)
 
-    def _body(self, fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+    def _body(self, fn: Callable[[], Awaitable[Any]],
+              marks: list[int] | None = None) -> Callable[[], Awaitable[Any]]:
         """``fn`` as the engine runs it: while it runs, its call is not writing."""
         async def body() -> Any:
             self._moved(-1)
@@ -269,6 +289,8 @@ class _ReadOnce(Backend):
                 return await fn()
             finally:
                 self._moved(1)
+                if marks is not None:
+                    marks.append(self._writes)
         return body
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -281,10 +303,15 @@ class _ReadOnce(Backend):
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
         self._moved(1)
+        marks: list[int] = []   # the body's end (a restored step has no body: then the start)
+        start = self._writes
+        ok = False
         try:
-            return await self.inner.run_and_record(call, self._body(fn), record)
+            got = await self.inner.run_and_record(call, self._body(fn, marks), record)
+            ok = True
+            return got
         finally:
-            self._moved(-1)
+            self._ended(call.work_id, marks[-1] if marks else start, ok)
 
     async def run_and_record_many(
             self, calls: list[StepCall], fns: list[Callable[[], Awaitable[Any]]],

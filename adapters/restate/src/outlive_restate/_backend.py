@@ -81,13 +81,16 @@ class RestateBackend(Backend):
             self._http = None
 
     # -- calls -----------------------------------------------------------------------------------
-    async def _post(self, path: str, body: bytes, *, key: str | None) -> bytes:
+    async def _post(self, path: str, body: bytes, *, key: str | None,
+                    extra: dict[str, str] | None = None) -> bytes:
         """POST to the ingress; retry transport failures (with the same idempotency key).
 
         ``key=None`` is only for reads, which are safe to repeat without one.
         """
         http = self._client()
         headers = {"content-type": "application/json"} if body else {}
+        if extra:
+            headers.update(extra)
         if key is not None:
             headers["idempotency-key"] = key
         deadline = time.monotonic() + self.config.retry_for
@@ -121,21 +124,27 @@ class RestateBackend(Backend):
         return f"/{service or self.ledger}/{quote(work_id, safe='')}/{handler}"
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
-        if not isinstance(work_id, str) or not work_id:
-            raise InvalidRecord("a work id must be a non-empty string", field="work_id")
-        sent = asyncio.ensure_future(self._post(self._path(work_id, EXECUTE),
-                                                _errors.dumps(command), key=uuid.uuid4().hex))
-        # Shielded: once sent, a command is applied or rejected whole even if our caller is
-        # cancelled (as an embedded backend's synchronous write would be).
-        try:
-            raw = await asyncio.shield(sent)
-        except asyncio.CancelledError:
-            sent.add_done_callback(lambda t: t.cancelled() or t.exception())
-            raise
-        outcome = _errors.loads(raw)
+        outcome = _errors.loads(await self._execute(work_id, command))
         if not isinstance(outcome, L.Outcome):
             raise InvalidRecord(f"{work_id}: the ledger answered with {type(outcome).__name__}")
         return outcome
+
+    async def _execute(self, work_id: str, command: L.Command,
+                       extra: dict[str, str] | None = None) -> bytes:
+        """The ledger's raw answer to ``command`` (``extra``: headers of the call)."""
+        if not isinstance(work_id, str) or not work_id:
+            raise InvalidRecord("a work id must be a non-empty string", field="work_id")
+        sent = asyncio.ensure_future(self._post(self._path(work_id, EXECUTE),
+                                                _errors.dumps(command), key=uuid.uuid4().hex,
+                                                extra=extra))
+        # Shielded: once sent, a command is applied or rejected whole even if our caller is
+        # cancelled (as an embedded backend's synchronous write would be).
+        try:
+            raw: bytes = await asyncio.shield(sent)
+        except asyncio.CancelledError:
+            sent.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise
+        return raw
 
     async def load(self, work_id: str) -> WorkState | None:
         raw = await self._post(self._path(work_id, LOAD), b"", key=None)

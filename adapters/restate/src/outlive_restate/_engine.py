@@ -146,9 +146,11 @@ class HandlerBackend(Backend):
             return command
         return replace(command, at=await self.tick())  # type: ignore[arg-type]
 
-    async def _call(self, handler: str, work_id: str, body: bytes) -> bytes:
+    async def _call(self, handler: str, work_id: str, body: bytes,
+                    headers: dict[str, str] | None = None) -> bytes:
         try:
-            raw: bytes = await self.ctx.generic_call(self.ledger, handler, body, key=work_id)
+            raw: bytes = await self.ctx.generic_call(self.ledger, handler, body, key=work_id,
+                                                     headers=headers)
         except restate.TerminalError as exc:
             raise _errors.from_terminal(exc) from None
         return raw

@@ -30,13 +30,16 @@ from outlive.records import JournalEntry, WorkState
 
 from . import _errors
 
-__all__ = ["EXECUTE", "LEDGER", "LOAD", "apply_command", "keep_ledger", "ledger_object"]
+__all__ = ["ANSWER", "EXECUTE", "LEDGER", "LOAD", "apply_command", "keep_ledger", "ledger_object"]
 
 #: Name of outlive's own ledger Virtual Object.
 LEDGER = "outlive_ledger"
 #: The ledger's handlers, on whichever object keeps it.
 EXECUTE = "outlive_execute"
 LOAD = "outlive_load"
+#: Request header of ``outlive_execute``: ``state`` asks the write to answer with what it left
+#: (:func:`answer`), for a caller that keeps the state it read and would read it again next.
+ANSWER = "x-outlive-answer"
 
 _B = BytesSerde()
 
@@ -242,14 +245,43 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _V
     return _View(n, new, stamps)
 
 
-async def apply_command(ctx: restate.ObjectContext, cmd: L.Command) -> L.Outcome:
-    """Apply ``cmd`` to this key's ledger: read what it needs, ``ledger.apply``, write the change."""
+async def _apply(ctx: restate.ObjectContext,
+                 cmd: L.Command) -> tuple[L.Outcome, int, WorkState]:
+    """``cmd`` applied and its change written: the outcome, the journal's length before, and
+    the state after it whose journal holds only the entries the command appended."""
     view = await _view(ctx, L.reads(None, cmd))
     state = view.state if view is not None else None
     new, outcome = L.apply(state, cmd, work_id=ctx.key())
     if L.changed(state, new):
         _write(ctx, view, new)
-    return outcome
+    seen = len(state.journal) if state is not None else 0
+    return outcome, view.n if view is not None else 0, replace(new, journal=new.journal[seen:])
+
+
+async def apply_command(ctx: restate.ObjectContext, cmd: L.Command) -> L.Outcome:
+    """Apply ``cmd`` to this key's ledger: read what it needs, ``ledger.apply``, write the change."""
+    return (await _apply(ctx, cmd))[0]
+
+
+def answer(raw: bytes, known: WorkState | None) -> tuple[L.Outcome, WorkState | None]:
+    """An ``outlive_execute`` answer asked for with :data:`ANSWER`: the outcome, and the state
+    the write left when ``known`` (a state of the same work read or answered before) holds the
+    journal up to where the write appended (entries are written once, so that prefix is the
+    stored one); None when it does not (read the state instead)."""
+    got = _errors.loads(raw)
+    if not (isinstance(got, tuple) and len(got) == 3 and isinstance(got[0], L.Outcome)
+            and isinstance(got[1], int) and isinstance(got[2], WorkState)):
+        raise InvalidRecord(f"the ledger answered with {type(got).__name__}")
+    outcome, n, head = got
+    if n == 0:
+        return outcome, head
+    if known is None or known.work_id != head.work_id or len(known.journal) != n:
+        return outcome, None
+    return outcome, replace(head, journal=known.journal + head.journal)
+
+
+def _asks_state(ctx: restate.ObjectContext) -> bool:
+    return any(k.lower() == ANSWER and v == "state" for k, v in ctx.request().headers.items())
 
 
 def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
@@ -266,7 +298,10 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
             cmd = codec.loads(req)
             if not L.is_command(cmd):
                 raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
-            return _errors.dumps(await apply_command(ctx, cmd))
+            outcome, n, head = await _apply(ctx, cmd)
+            if _asks_state(ctx):
+                return _errors.dumps((outcome, n, head))
+            return _errors.dumps(outcome)
         except OutliveError as exc:
             raise _errors.to_terminal(exc) from None
 

@@ -15,6 +15,11 @@ gets from :func:`outlive_restate.attempt`:
 * the controller's commands (open, publish, admit, unknown, stop, accept) and reads go through
   the ingress, as any controller's.
 
+Every write asks the ledger to answer with the state it left (the :data:`~outlive_restate._ledger.ANSWER`
+header): :meth:`HandlerDrivenBackend.answered` hands it to the conformance harness, which plays
+every party of a run in this process and so knows when no other write came between; its next
+read of the work is then that answer rather than another invocation.
+
 So the outcome of every run must equal ``memory://``'s with the attempts' writes made from a
 Restate handler. Not for production: the driven handler takes its operations from this process.
 """
@@ -39,14 +44,18 @@ from restate.serde import BytesSerde
 from outlive import ledger as L
 from outlive.backend import StepCall
 from outlive.errors import BackendUnavailable, OutliveError
+from outlive.records import WorkState
 
+from . import _errors
 from ._backend import RestateBackend
 from ._engine import HEADER_ATTEMPT, HEADER_LEDGER, HEADER_TOKEN, HEADER_WORK, HandlerBackend
+from ._ledger import ANSWER, EXECUTE, answer
 from .server import RestateServer, free_port
 
 __all__ = ["HandlerDrivenBackend", "RestateServer"]
 
 _B = BytesSerde()
+_ASK = {ANSWER: "state"}
 #: An attempt's invocation ends after this long without an operation (a later one starts anew).
 _IDLE = 5.0
 
@@ -70,6 +79,7 @@ class _Op:
 
 @dataclass
 class _Box:
+    owner: HandlerDrivenBackend
     work_id: str
     attempt: int
     token: int
@@ -84,7 +94,7 @@ _BOXES: dict[str, _Box] = {}
 async def _serve_op(backend: HandlerBackend, box: _Box, op: _Op) -> None:
     if op.kind == "execute":
         assert op.command is not None
-        op.future.set_result(await backend.execute(box.work_id, op.command))
+        op.future.set_result(await box.owner.write(backend, box.work_id, op.command))
         return
     assert op.call is not None and op.fn is not None
     fn = op.fn
@@ -103,7 +113,7 @@ async def _serve_op(backend: HandlerBackend, box: _Box, op: _Op) -> None:
         op.future.set_result(result)
         return
     assert op.record is not None
-    outcome = await backend.execute(box.work_id, op.record(result))
+    outcome = await box.owner.write(backend, box.work_id, op.record(result))
     op.future.set_result((result, outcome))
 
 
@@ -176,6 +186,10 @@ class HandlerDrivenBackend(RestateBackend):
         #: The attempts' invocations, each held open for the attempt's life, on their own
         #: connections: in the commands' pool they would make every request scan them.
         self._held: httpx.AsyncClient | None = None
+        #: Per work: the last state read or answered (whose journal a write's answer extends),
+        #: and the state the last write answered with, until :meth:`answered` takes it.
+        self._known: dict[str, WorkState] = {}
+        self._answers: dict[str, WorkState] = {}
 
     async def start(self) -> None:
         await super().start()
@@ -238,11 +252,33 @@ class HandlerDrivenBackend(RestateBackend):
             self._held = None
         await super().close()
 
+    def answered(self, work_id: str) -> WorkState | None:
+        """The state the last write to ``work_id`` left, as the ledger answered it (once)."""
+        return self._answers.pop(work_id, None)
+
+    def _answer(self, work_id: str, raw: bytes) -> L.Outcome:
+        outcome, state = answer(raw, self._known.get(work_id))
+        if state is not None:
+            self._known[work_id] = self._answers[work_id] = state
+        return outcome
+
+    async def write(self, backend: HandlerBackend, work_id: str, command: L.Command) -> L.Outcome:
+        """``command`` as a durable call from the attempt's invocation, answered with the state."""
+        self._answers.pop(work_id, None)
+        return self._answer(work_id, await backend._call(EXECUTE, work_id, _errors.dumps(command),
+                                                         headers=_ASK))
+
+    async def load(self, work_id: str) -> WorkState | None:
+        state = await super().load(work_id)
+        if state is not None:
+            self._known[work_id] = state
+        return state
+
     def _box(self, work_id: str, attempt: int, token: int) -> _Box:
         box = self._boxes.get((work_id, attempt, token))
         if box is not None and box.open:
             return box
-        box = _Box(work_id, attempt, token)
+        box = _Box(self, work_id, attempt, token)
         name = f"{id(box)}"
         _BOXES[name] = box
         self._boxes[(work_id, attempt, token)] = box
@@ -279,8 +315,9 @@ class HandlerDrivenBackend(RestateBackend):
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
         token = getattr(command, "token", None)
-        if token is None:   # a controller's command
-            return await super().execute(work_id, command)
+        if token is None:   # a controller's command, through the ingress
+            self._answers.pop(work_id, None)
+            return self._answer(work_id, await self._execute(work_id, command, _ASK))
         out: L.Outcome = await self._ask(work_id, command.attempt, token,  # type: ignore[union-attr]
                                          _Op("execute", command=command))
         return out
