@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .backend import Backend, url_options
 from .errors import BackendUnavailable, ConfigError, InvalidRecord
@@ -33,6 +35,72 @@ from .sqlstore import SCHEMA, SqliteLedgerStore, sqlite_error, sqlite_path
 __all__ = ["SqliteBackend"]
 
 T = TypeVar("T")
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if fut.cancelled():
+        return  # the caller stopped waiting; the call itself ran to its end all the same
+    if exc is None:
+        fut.set_result(result)
+    else:
+        fut.set_exception(exc)
+
+
+class _Writer:
+    """One thread that runs this backend's ``sqlite3`` calls, in the order they were asked.
+
+    Lighter than ``run_in_executor`` on a one-thread pool, which sets a thread-safe future,
+    wraps it in an asyncio one and chains the two (about 10 us of a 13-22 us round trip when the
+    loop and the thread share a CPU): a call here is a queue put and one ``call_soon_threadsafe``
+    back. A daemon thread: a call still running when the interpreter exits is cut off as a
+    killed process's would be (the file stays whole; the caller's loop is gone anyway).
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any],
+                                            Callable[[Any, BaseException | None], None]] | None]
+        self._jobs = queue.SimpleQueue()
+        # The thread holds the queue, not this object: a backend dropped without close() still
+        # ends its thread (the finalizer asks it to stop).
+        self._thread = threading.Thread(target=self._run, args=(self._jobs,),
+                                        name="outlive-sqlite", daemon=True)
+        self._thread.start()
+        weakref.finalize(self, self._jobs.put, None)
+
+    @staticmethod
+    def _run(jobs: queue.SimpleQueue[Any]) -> None:
+        while (job := jobs.get()) is not None:
+            fn, done = job
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the caller, as an executor would
+                done(None, exc)
+            else:
+                done(result, None)
+            del job, fn, done
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+
+        def done(result: Any, exc: BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, fut, result, exc)
+            except RuntimeError:
+                pass  # the loop was closed meanwhile: nobody is waiting
+
+        self._jobs.put((fn, done))
+        return await fut
+
+    def wait(self) -> None:
+        """Block until every call asked so far has finished (from any thread but this one)."""
+        finished = threading.Event()
+        self._jobs.put((lambda: None, lambda result, exc: finished.set()))
+        finished.wait()
+
+    def stop(self) -> None:
+        """The thread ends once the calls asked before this have run."""
+        self._jobs.put(None)
 
 
 class SqliteBackend(Backend):
@@ -47,7 +115,7 @@ class SqliteBackend(Backend):
         #: Opened read-only: nothing is created, every write is refused before it starts.
         self.read_only = mode == "ro"
         self._conn: sqlite3.Connection | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: _Writer | None = None
         #: Seconds to wait for another process's write lock before BackendUnavailable.
         self.lock_timeout = 30.0
         self.ledger = SqliteLedgerStore(self.path, lock_timeout=self.lock_timeout,
@@ -58,7 +126,7 @@ class SqliteBackend(Backend):
         if self._conn is None or self._thread is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
         conn = self._conn
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, conn)
+        return await self._thread.call(lambda: fn(conn))
 
     def _open(self) -> sqlite3.Connection:
         if self.read_only:
@@ -89,11 +157,11 @@ class SqliteBackend(Backend):
             raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
         if self.read_only and not os.path.isfile(self.path):
             raise BackendUnavailable(f"{self.url}: no database file at {self.path}", url=self.url)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outlive-sqlite")
+        self._thread = _Writer()
         try:
-            self._conn = await asyncio.get_running_loop().run_in_executor(self._thread, self._open)
+            self._conn = await self._thread.call(self._open)
         except sqlite3.Error as exc:
-            self._thread.shutdown(wait=False)
+            self._thread.stop()
             self._thread = None
             err = sqlite_error(exc, self.path)
             if isinstance(err, InvalidRecord) or self.read_only or "not a database" in str(exc):
@@ -124,7 +192,7 @@ class SqliteBackend(Backend):
         the pause lands where the test means it to.
         """
         if self._thread is not None:
-            self._thread.submit(lambda: None).result()
+            self._thread.wait()
 
     @property
     def busy_retries(self) -> int:
@@ -134,7 +202,7 @@ class SqliteBackend(Backend):
     async def close(self) -> None:
         if self._conn is not None and self._thread is not None:
             conn, self._conn = self._conn, None
-            await asyncio.get_running_loop().run_in_executor(self._thread, conn.close)
+            await self._thread.call(conn.close)
         if self._thread is not None:
-            self._thread.shutdown(wait=False)
+            self._thread.stop()
             self._thread = None

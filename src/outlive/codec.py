@@ -35,20 +35,35 @@ for _mod in (records, ledger):
 _MAX_NESTING = MAX_DEPTH + 20
 
 
-#: Per record class: its tag and field names (``dataclasses.fields`` is not free).
-_NAMES: dict[type, tuple[str, tuple[str, ...]]] = {}
+#: Per record class: a function encoding one of its values, compiled once (see :func:`_compile`).
+_ENCODERS: dict[type, Any] = {}
 _PLAIN = (str, int, bool, type(None))
 
 
-def _record(value: Any, t: type, depth: int) -> dict[str, Any]:
-    spec = _NAMES.get(t)
-    if spec is None:
-        spec = _NAMES[t] = (t.__name__, tuple(f.name for f in dataclasses.fields(value)))
-    out: dict[str, Any] = {}
-    for name in spec[1]:
-        v = getattr(value, name)
-        out[name] = v if type(v) in _PLAIN else encode(v, depth + 1)
-    return {"@t": spec[0], "v": out}
+def _compile(t: type) -> Any:
+    """A function ``(value, depth) -> tagged dict`` for the dataclass ``t``, built once.
+
+    It does what a loop over the fields would (a plain value as it is, anything else through
+    :func:`encode` one level deeper) with the field names written into its code: no per-field
+    ``getattr``, loop or dict assignment, the largest part of encoding a record.
+    """
+    names = tuple(f.name for f in dataclasses.fields(t))
+    if hasattr(t, "__slots__") or any(not n.isidentifier() for n in names):
+        def generic(value: Any, depth: int) -> dict[str, Any]:
+            out = {}
+            for name in names:
+                v = getattr(value, name)
+                out[name] = v if type(v) in _PLAIN else encode(v, depth + 1)
+            return {"@t": t.__name__, "v": out}
+        return generic
+    lines = ["def enc(value, depth):", "    a = value.__dict__", "    d = depth + 1"]
+    lines += [f"    x{i} = a[{n!r}]" for i, n in enumerate(names)]
+    fields = ", ".join(f"{n!r}: x{i} if type(x{i}) in P else E(x{i}, d)"
+                       for i, n in enumerate(names))
+    lines.append(f"    return {{'@t': TAG, 'v': {{{fields}}}}}")
+    scope: dict[str, Any] = {"P": _PLAIN, "E": encode, "TAG": t.__name__}
+    exec("\n".join(lines), scope)   # the field names are identifiers of our own classes
+    return scope["enc"]
 
 
 def encode(value: Any, _depth: int = 0) -> Any:
@@ -62,12 +77,16 @@ def encode(value: Any, _depth: int = 0) -> Any:
                        for k, v in value.items()}}
     if t is tuple:
         return {"@l": [v if type(v) in _PLAIN else encode(v, _depth + 1) for v in value]}
+    enc = _ENCODERS.get(t)
+    if enc is not None:
+        return enc(value, _depth)
     if isinstance(value, Enum):
         return {"@e": t.__name__, "v": value.value}
     if isinstance(value, (bool, int, float, str)):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _record(value, t, _depth)
+        enc = _ENCODERS[t] = _compile(t)
+        return enc(value, _depth)
     if isinstance(value, tuple):
         return {"@l": [encode(v, _depth + 1) for v in value]}
     if isinstance(value, list):
@@ -142,12 +161,80 @@ def decode(value: Any, _depth: int = 0) -> Any:
     raise InvalidRecord("untagged mapping in encoded record")
 
 
-#: Built once: ``json.dumps`` with non-default options builds a new encoder on every call.
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+#: Built once: ``json.dumps`` with non-default options builds a new encoder on every call. No
+#: circular check: :func:`encode` bounds the depth of what it builds, so a tree it made has no cycle.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+_STR = json.encoder.encode_basestring   # what _JSON writes for a string (ensure_ascii off)
+_INT = int.__repr__
+#: Per record class: a function writing one of its values as text, compiled once.
+_TEXT: dict[type, Any] = {}
+_ENUM_TEXT: dict[Any, str] = {}
 
 
 def dumps(value: Any) -> str:
-    return _JSON.encode(encode(value))
+    """The JSON text of ``encode(value)``, written straight to text.
+
+    Building the tagged tree and then serialising it cost a store's write twice what writing the
+    text does (each record class gets a writer compiled once, as :func:`encode` does). The text
+    is the same character for character (tests compare the two on every kind of record and on
+    arbitrary values); anything unusual, or nested up to the limit, goes through the tree.
+    """
+    return _text(value, 0)
+
+
+def _text(value: Any, depth: int) -> str:
+    if depth >= _MAX_NESTING:
+        return _JSON.encode(encode(value, depth))   # at the limit: encode's own checks
+    t = type(value)
+    if t is str:
+        return _STR(value)
+    if t is int:
+        return _INT(value)
+    if value is None:
+        return "null"
+    if t is bool:
+        return "true" if value else "false"
+    fn = _TEXT.get(t)
+    if fn is not None:
+        return fn(value, depth)  # type: ignore[no-any-return]
+    if t is tuple:
+        return '{"@l":[' + ",".join([_text(v, depth + 1) for v in value]) + "]}"
+    if t is dict:
+        return '{"@d":{' + ",".join([_STR(k if type(k) is str else str(k)) + ":"
+                                     + _text(v, depth + 1) for k, v in value.items()]) + "}}"
+    if t is list:
+        return "[" + ",".join([_text(v, depth + 1) for v in value]) + "]"
+    if isinstance(value, Enum) and type(value.value) in (str, int):
+        text = _ENUM_TEXT.get(value)
+        if text is None:
+            text = _ENUM_TEXT[value] = _JSON.encode(encode(value, depth))
+        return text
+    if (dataclasses.is_dataclass(value) and not isinstance(value, type)
+            and not hasattr(t, "__slots__")
+            and all(f.name.isidentifier() for f in dataclasses.fields(t))):
+        fn = _TEXT[t] = _compile_text(t)
+        return fn(value, depth)  # type: ignore[no-any-return]
+    return _JSON.encode(encode(value, depth))
+
+
+def _compile_text(t: type) -> Any:
+    """The text of one ``t`` record: its fields written in code, as :func:`_compile` does."""
+    names = tuple(f.name for f in dataclasses.fields(t))
+    lines = ["def text(value, depth):", "    a = value.__dict__", "    d = depth + 1"]
+    parts = []
+    for i, n in enumerate(names):
+        lead = ('{"@t":' + _STR(t.__name__) + ',"v":{') if i == 0 else ","
+        lines.append(f"    x{i} = a[{n!r}]")
+        parts.append(repr(lead + _STR(n) + ":"))
+        parts.append(f"(S(x{i}) if type(x{i}) is str else I(x{i}) if type(x{i}) is int "
+                     f"else 'null' if x{i} is None else X(x{i}, d))")
+    pieces = ['{"@t":' + _STR(t.__name__) + ',"v":{'] if not names else []
+    parts += [repr(p) for p in pieces]
+    parts.append(repr("}}"))
+    lines.append("    return ''.join((" + ", ".join(parts) + "))")
+    scope: dict[str, Any] = {"S": _STR, "I": _INT, "X": _text}
+    exec("\n".join(lines), scope)   # the field names are identifiers of our own classes
+    return scope["text"]
 
 
 def loads(text: str | bytes) -> Any:

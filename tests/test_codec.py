@@ -1,0 +1,136 @@
+"""The codec's text: ``dumps`` writes records straight to text, and must write exactly what
+serialising ``encode``'s tagged tree writes (stored rows, engine payloads and hashes depend on it).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from outlive import codec
+from outlive import errors as E
+from outlive import ledger as L
+from outlive.hashing import MAX_DEPTH, content_hash, input_key
+from outlive.records import (
+    AttemptState,
+    Contract,
+    EffectState,
+    Part,
+    Policy,
+    Receipt,
+    WorkState,
+)
+
+
+def _tree(value: Any) -> str:
+    return codec._JSON.encode(codec.encode(value))
+
+
+def _same(value: Any) -> None:
+    """``dumps`` and the tree agree: the same text, or the same typed refusal."""
+    try:
+        expected = _tree(value)
+    except E.InvalidRecord as exc:
+        with pytest.raises(E.InvalidRecord) as got:
+            codec.dumps(value)
+        assert got.value.message == exc.message
+        return
+    assert codec.dumps(value) == expected
+
+
+def _story() -> list[Any]:
+    """A work taken through every command, and every record, command and outcome on the way."""
+    seen: list[Any] = []
+    st_: WorkState | None = None
+    contract = Contract(name="form", version="1", assessor="test")
+
+    def go(cmd: Any) -> Any:
+        nonlocal st_
+        st_, out = L.apply(st_, cmd, work_id="w")
+        seen.extend([cmd, out, out.record, st_])
+        return out
+
+    go(L.OpenWork(policy=Policy(fencing=True, pins=True), epoch_floor=3))
+    go(L.PublishInput(version="v1", parts={"s1": content_hash("é \u2028 \"q\" \\")}, at=1))
+    att = go(L.Admit(at=2, request_id="r", key_hash=L.key_hash("k"))).record
+    go(L.Heartbeat(attempt=1, token=att.token, at=3, secret="k", claim=True))
+    go(L.Wait(attempt=1, token=att.token, at=4, reason="a person", secret="k"))
+    go(L.Resume(attempt=1, token=att.token, at=5, secret="k"))
+    src = {"s1": content_hash("é \u2028 \"q\" \\")}
+    key = input_key("s1", src)
+    rid = L.result_id("w", "s1", key, 1)
+    result = {"n": [1, -2 ** 62, None, True, {"k": ("t",)}], "ü": "\x00\x1f"}
+    go(L.RecordSteps(attempt=1, token=att.token, at=6, secret="k", entries=(L.StepWrite(
+        step="s1", sources=src, input_key=key, result=result, result_id=rid),)))
+    part = Part(step="s1", input_key=key, sources=src, result_id=rid)
+    content = {"text": "the report"}
+    digest = L.candidate_digest("w", "v1", (part,), content)
+    go(L.SubmitCandidate(attempt=1, token=att.token, at=7, secret="k", digest=digest,
+                         parts=(part,), content=content))
+    go(L.RecordIntent(attempt=1, token=att.token, at=8, secret="k", op_key="op",
+                      payload_digest=content_hash({"to": "x"}), sent_key=None, payload={"to": "x"}))
+    go(L.ConfirmEffect(attempt=1, token=att.token, at=9, secret="k", op_key="op",
+                       receipt=Receipt(effect_id="e1", duplicate=False, key="op")))
+    go(L.Accept(digest=digest, contract=contract, verdict=True, at=10, reason="ok"))
+    go(L.Finish(attempt=1, token=att.token, at=11, secret="k"))
+    go(L.MarkStopped(attempt=1, at=12))
+    go(L.Admit(at=13))
+    go(L.MarkUnknown(attempt=2, at=14, signs=0))
+    assert st_ is not None
+    seen.extend([*st_.journal, *st_.candidates, *st_.acceptances, *st_.effects, *st_.attempts,
+                 *st_.inputs, {"head": st_, "counts": {"journal": 1}}])
+    return seen
+
+
+def test_every_record_command_and_outcome_of_a_story_is_written_as_the_tree_writes_it() -> None:
+    values = _story()
+    kinds = {type(v) for v in values}
+    assert {L.Outcome, WorkState, L.RecordSteps, L.SubmitCandidate, L.ConfirmEffect} <= kinds
+    for v in values:
+        _same(v)
+        assert codec.loads(codec.dumps(v)) == v
+
+
+class _Color(enum.Enum):
+    RED = "red"
+    ODD = 1.5   # a value the tree writes as a float
+
+
+@pytest.mark.parametrize("value", [
+    0, -1, 2 ** 70, True, False, None, "", "\ud800", "é\u2028\"\\\x00", 1.5, float("nan"),
+    float("inf"), [], (), {}, {1: "a", False: None, None: 2}, [("a", 1)], AttemptState.RUNNING,
+    EffectState.AMBIGUOUS, _Color.RED, _Color.ODD, b"bytes", object(),
+    (Policy(), [Policy()], {"p": Policy()}),
+])
+def test_odd_values_are_written_as_the_tree_writes_them_or_refused_alike(value: Any) -> None:
+    _same(value)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 18, MAX_DEPTH + 19,
+                                   MAX_DEPTH + 20, MAX_DEPTH + 21, MAX_DEPTH + 60])
+@pytest.mark.parametrize("wrap", ["list", "tuple", "dict", "record"])
+def test_values_near_the_nesting_limit_agree_with_the_tree(depth: int, wrap: str) -> None:
+    v: Any = "x"
+    for _ in range(depth):
+        v = {"list": lambda x: [x], "tuple": lambda x: (x,), "dict": lambda x: {"k": x},
+             "record": lambda x: L.Outcome(kind="k", record=x)}[wrap](v)
+    _same(v)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_any_json_like_value_is_written_as_the_tree_writes_it(value: Any) -> None:
+    _same(value)
+    _same(L.Outcome(kind="k", record=value))
