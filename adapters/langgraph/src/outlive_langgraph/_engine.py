@@ -110,8 +110,19 @@ def current_worker() -> Worker:
                       "attempt_config(worker, config) or outlive_langgraph.run(..., worker=...)")
 
 
+def _plain_names(sig: inspect.Signature) -> tuple[str, ...] | None:
+    """The parameter names when every one is positional-or-keyword without a default (the
+    common step signature): then binding is a zip, not ``Signature.bind``."""
+    params = tuple(sig.parameters.values())
+    if all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params):
+        return tuple(p.name for p in params)
+    return None
+
+
 def _inputs(sig: inspect.Signature, name: str, args: tuple[Any, ...],
-            kwargs: dict[str, Any]) -> dict[str, Any]:
+            kwargs: dict[str, Any], names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    if names is not None and not kwargs and len(args) == len(names):
+        return dict(zip(names, args, strict=True))
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
@@ -147,6 +158,7 @@ class OutliveTask(Generic[P, T]):
         #: the ledger accepts them; any other argument must be a part of the pinned version.
         self.external = frozenset(external)
         self._sig = inspect.signature(fn)
+        self._names = _plain_names(self._sig)
         wrap = self._declared
 
         async def body(step: str, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -175,20 +187,24 @@ class OutliveTask(Generic[P, T]):
     def _declared(self, inputs: dict[str, Any]) -> dict[str, Any]:
         return {k: External(v) if k in self.external else v for k, v in inputs.items()}
 
-    def step_name(self, inputs: Mapping[str, Any]) -> str:
-        """The journal's name for this call: from ``step=``, else the function and its inputs."""
+    def step_name(self, inputs: Mapping[str, Any],
+                  sources: Mapping[str, str] | None = None) -> str:
+        """The journal's name for this call: from ``step=``, else the function and its inputs
+        (``sources``: the inputs' content hashes, when the caller has them already)."""
         if callable(self.step):
             return str(self.step(**inputs))
         if isinstance(self.step, str):
             return self.step
-        sources = {k: content_hash(v) for k, v in inputs.items()}
-        return f"{self.name}:{input_key(self.name, sources)[:12]}"
+        if sources is None:
+            sources = {k: content_hash(v) for k, v in inputs.items()}
+        return f"{self.name}:{input_key(self.name, dict(sources))[:12]}"
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
         worker = current_worker()
-        inputs = _inputs(self._sig, self.name, args, kwargs)
-        step = self.step_name(inputs)
-        key = input_key(step, {k: content_hash(v) for k, v in inputs.items()})
+        inputs = _inputs(self._sig, self.name, args, kwargs, self._names)
+        sources = {k: content_hash(v) for k, v in inputs.items()}   # each input hashed once
+        step = self.step_name(inputs, sources)
+        key = input_key(step, sources)
         envelope = await self._task(step, inputs)
         result: T
         if isinstance(envelope, dict) and envelope.get(_ENVELOPE) == step \
