@@ -17,7 +17,7 @@ import outlive
 from outlive import Controller, Worker
 from outlive import ledger as L
 from outlive_conformance.suite import ConformanceSuite
-from outlive_langgraph import outlive_task, run, step_thread_id
+from outlive_langgraph import attempt_config, outlive_task, run, step_thread_id
 from outlive_langgraph.pgserver import PostgresServer
 from outlive_langgraph.postgres import FencedAsyncPostgresSaver
 
@@ -123,11 +123,12 @@ async def _takeover(b: outlive.Backend) -> Worker:
     return w2
 
 
-async def test_no_admission_commits_between_the_fence_check_and_the_write(
+async def test_a_takeover_between_the_fence_check_and_the_write_refuses_the_write(
         pg_server: PostgresServer) -> None:
-    """The owner check and LangGraph's statements are one transaction: a takeover that arrives
-    while #1's write sits between its check and its statements waits for that write (a check,
-    then a separate write, would let it slip in between and #1's write land after #2's)."""
+    """#1 passed its owner check and has not sent its write yet; a takeover commits meanwhile
+    (nothing of #1 holds the work). #1's write is conditional on the head it checked, so it is
+    refused and none of it lands (a check, then a plain write, would land it after #2's
+    admission and fork the thread)."""
     b = await outlive.open_backend(pg_server.create_database(f"w_{uuid.uuid4().hex[:8]}"))
     try:
         saver = b.checkpointer  # type: ignore[attr-defined]
@@ -144,41 +145,76 @@ async def test_no_admission_commits_between_the_fence_check_and_the_write(
         saver.before_write = pause
         thread: RunnableConfig = {"configurable": {"thread_id": "q3-report"}}
         stale = asyncio.create_task(run(graph, {"report": "v1"}, worker=w1, config=thread))
-        await asyncio.wait_for(held.wait(), 10)     # #1 passed its check, holds the head
-        takeover = asyncio.create_task(_takeover(b))
-        await asyncio.sleep(0.3)
-        assert not takeover.done(), "no ledger write commits inside #1's fenced write"
-
-        async def next_write_after_takeover() -> None:
-            # The takeover is three commands (publish, mark unknown, admit). #1's next write
-            # must come after all three, not between them: the saver's lock is first-come,
-            # first-served and #1 (sync durability) cannot ask for it again before its held
-            # write returns, so this waiter is served first.
-            async with saver.lock:
-                await takeover
-
-        gate = asyncio.create_task(next_write_after_takeover())
-        await asyncio.sleep(0)
+        await asyncio.wait_for(held.wait(), 10)     # #1 passed its check, sent nothing yet
+        w2 = await asyncio.wait_for(_takeover(b), 30)
         release.set()
-        w2 = await asyncio.wait_for(takeover, 30)
-        await gate
         with pytest.raises(outlive.StaleOwner):
-            await stale                              # #1's next write is refused
+            await stale
         assert (await run(graph, {"report": "v2"}, worker=w2, config=thread))["draft"] == \
             "digest of v2"
         history = [t async for t in saver.alist(thread)]
+        assert {t.metadata.get("outlive_attempt") for t in history} == {2}, "nothing of #1 landed"
         parents = Counter(t.parent_config["configurable"]["checkpoint_id"]
                           for t in history if t.parent_config)
         assert max(parents.values()) == 1, "no two checkpoints share a parent: no fork"
-        assert (await graph.aget_state(thread)).values["draft"] == "digest of v2"
+        assert saver.locked == 0, "every fenced write was one statement"
     finally:
         await b.close()
 
 
-async def test_a_writer_paused_inside_the_fence_is_cut_off(pg_server: PostgresServer) -> None:
-    """A writer that stops inside its fenced transaction (SIGSTOP, a long GC pause) does not
-    hold the work: the server ends its session after ``idle_in_transaction_session_timeout``,
-    the takeover commits, and the paused write never lands."""
+async def _waiting_on_locks(conn: psycopg.AsyncConnection[Any], n: int) -> None:
+    for _ in range(1000):
+        cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE "
+                                 "wait_event_type = 'Lock' AND datname = current_database()")
+        row = await cur.fetchone()
+        if row is not None and row[0] >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{n} sessions never waited on a lock")
+
+
+async def test_a_write_sent_while_an_admission_is_in_flight_waits_for_it_and_is_refused(
+        pg_server: PostgresServer) -> None:
+    """The fenced statement share-locks the work's head: sent while an admission's write holds
+    that row, it waits, then finds the head moved and writes nothing (without the lock it would
+    have read the old head and landed)."""
+    db = f"e_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(db) + "?lock_timeout=20000"
+    b = await outlive.open_backend(url)
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        ctl, w1 = await first_attempt(b)
+        await ctl.publish("q3", "v2", V2)
+        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        config = attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
+                                                      "checkpoint_id": "c1"}})
+        async with await psycopg.AsyncConnection.connect(pg_server.conninfo(db),
+                                                         autocommit=True) as other:
+            watch = await psycopg.AsyncConnection.connect(pg_server.conninfo(db), autocommit=True)
+            try:
+                async with other.transaction():    # holds the head row as a ledger write would
+                    await other.execute("SELECT 1 FROM outlive_works WHERE work_id = 'q3' FOR UPDATE")
+                    admit = asyncio.create_task(ctl.admit("q3"))
+                    await _waiting_on_locks(watch, 1)
+                    late = asyncio.create_task(saver.aput_writes(config, [("draft", "late")], "t1"))
+                    await _waiting_on_locks(watch, 2)
+                await asyncio.wait_for(admit, 30)
+                with pytest.raises(outlive.StaleOwner):
+                    await asyncio.wait_for(late, 30)
+                cur = await watch.execute("SELECT count(*) FROM checkpoint_writes WHERE task_id = 't1'")
+                assert await cur.fetchone() == (0,)
+            finally:
+                await watch.close()
+    finally:
+        await b.close()
+
+
+async def test_a_writer_paused_inside_the_locked_fence_is_cut_off(pg_server: PostgresServer) -> None:
+    """The locked way (a predicted task row to remove, a statement of another shape): a writer
+    that stops inside its fenced transaction (SIGSTOP, a long GC pause) does not hold the work:
+    the server ends its session after ``idle_in_transaction_session_timeout``, the takeover
+    commits, and the paused write never lands."""
     url = pg_server.create_database(f"c_{uuid.uuid4().hex[:8]}") + \
         "?idle_in_transaction_session_timeout=300"
     b1 = await outlive.open_backend(url)
@@ -186,6 +222,7 @@ async def test_a_writer_paused_inside_the_fence_is_cut_off(pg_server: PostgresSe
     try:
         saver = b1.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
+        saver.one_statement = False
         _ctl, w1 = await first_attempt(b1)
         held, release = asyncio.Event(), asyncio.Event()
 
@@ -201,7 +238,8 @@ async def test_a_writer_paused_inside_the_fence_is_cut_off(pg_server: PostgresSe
         await asyncio.wait_for(held.wait(), 10)
         w2 = await asyncio.wait_for(_takeover(b2), 30)   # waits until the server cuts #1 off
         release.set()
-        with pytest.raises(psycopg.OperationalError):
+        # The server's FATAL read as the timeout itself, or the closed session after it.
+        with pytest.raises((psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)):
             await stale
         graph2 = _draft_graph(b2.checkpointer)  # type: ignore[attr-defined]
         assert (await run(graph2, {"report": "v2"}, worker=w2, config=thread))["draft"] == \

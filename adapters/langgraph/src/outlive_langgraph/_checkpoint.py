@@ -11,8 +11,8 @@ token may still write before letting LangGraph's write through.
   transaction** (``BEGIN IMMEDIATE``, read the work's head, the saver's insert, ``COMMIT``), so no
   admission can commit between the check and the write. aiosqlite runs it off the event loop, in
   one call on its thread.
-* ``FencedAsyncPostgresSaver`` (``langgraph+postgres``, in :mod:`.postgres`): the same, in one
-  PostgreSQL transaction holding a share lock on the work's ledger head.
+* ``FencedAsyncPostgresSaver`` (``langgraph+postgres``, in :mod:`.postgres`): one statement whose
+  inserts are conditional on the work's ledger head (share-locked) being the one checked.
 * :class:`FencedCheckpointer`: wraps any other saver (one of the user's own, an
   ``InMemorySaver``): it loads the ledger, checks, then writes. Two databases cannot share a
   transaction, so a pause between the check and the write is not covered there; say so.

@@ -8,15 +8,19 @@ append-only rows and the same session settings (``lock_timeout``,
 ``idle_in_transaction_session_timeout``). URL options: ``durability`` plus the core's.
 
 ``backend.checkpointer`` is fenced by default (:class:`FencedAsyncPostgresSaver`): each
-``put``/``put_writes`` made for an outlive attempt runs in one transaction that first takes a
-share lock on the work's ledger head, asks the ledger whether the token may write, then does
-LangGraph's own statements. A ledger write (an admission) waits for that lock, so none can commit
-between the check and the write; a paused writer holding it is cut off by the server
-(``idle_in_transaction_session_timeout``) and its write never lands.
+``put``/``put_writes`` made for an outlive attempt asks the ledger whether the token may write
+(on the work as this process last saw it), then sends LangGraph's own statements as **one
+statement** whose every insert is conditional on the work's head still being at the ``seq`` that
+was checked, under a share lock on that head row. A ledger write (an admission) that committed
+since the check moves ``seq``: nothing lands, the work is read again and asked again. One that is
+in flight waits for the lock or makes the statement wait for it and then see the new ``seq``. So
+a stale owner's write is refused and nothing of it lands, in one round trip (LangGraph's unfenced
+saver pipelines its statements in one too), with no transaction left open between two messages.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -31,7 +35,7 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 
 from outlive._postgres import _OPTIONS as _LEDGER_OPTIONS
 from outlive._postgres import PostgresLedger, while_busy
-from outlive.errors import BackendUnavailable
+from outlive.errors import BackendUnavailable, OutliveError
 from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
 from outlive.sqlstore import Read, Write, load_flow
@@ -63,6 +67,27 @@ _INSERT_TASK_ROWS = (
     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING")
 _DELETE_TASK_WRITES = ("DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s "
                        "AND checkpoint_id = %s AND task_id = %s")
+#: A fenced write as one statement: the head row at the checked ``seq``, share-locked (a ledger
+#: write in flight is waited for, and one committed meanwhile leaves no row: READ COMMITTED
+#: checks the locked row's newest version against the condition again); each of LangGraph's
+#: inserts is a CTE that inserts ``FROM fence``; the answer is 1 if it took.
+_FENCE = "WITH fence AS (SELECT 1 FROM outlive_works WHERE work_id = %s AND seq = %s FOR SHARE)"
+_TOOK = " SELECT count(*) FROM fence"
+#: The shape of LangGraph's write statements (one row: ``INSERT INTO t (cols) VALUES (%s, ...)
+#: [ON CONFLICT ...]``) that can be made conditional. Any other shape is sent in the locked
+#: transaction instead.
+_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)\s*\(([^()]*)\)\s*VALUES\s*\(\s*((?:%s\s*,\s*)*%s)\s*\)"
+                     r"((?:\s+ON\s+CONFLICT\b[^;%]*)?)\s*;?\s*$", re.S | re.I)
+_COLUMNS = ("SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid WHERE c.oid = ANY(%s::regclass[]) "
+            "AND a.attnum > 0 AND NOT a.attisdropped")
+_TABLES = ["checkpoints", "checkpoint_blobs", "checkpoint_writes"]
+#: Parameters per fenced statement beyond which the write goes to the locked transaction
+#: (PostgreSQL takes at most 65,535 in one statement).
+_MAX_PARAMS = 30000
+#: Compare-and-set attempts before a write falls back to the locked transaction (each failed
+#: attempt means the work's head moved: another writer committed in between).
+_CAS_TRIES = 8
 
 
 class _Ledger(PostgresLedger):
@@ -90,14 +115,33 @@ class _Ledger(PostgresLedger):
         return took
 
 
-class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
-    """``AsyncPostgresSaver`` whose writes for an outlive attempt are checked in their transaction.
+class _Recorder:
+    """Stands in for the cursor of a fenced write: LangGraph's statements are kept, not sent,
+    and go to the server together once its ``aput``/``aput_writes`` has made them all."""
 
-    ``BEGIN``; ``SELECT ... FOR SHARE`` on the work's head row in ``outlive_works`` (the row every
-    ledger write updates, so no ledger write can commit until this transaction ends); read the
-    work through the core's SQL ledger store (its cache, when the head's ``seq`` says it is
-    current); ask the ledger; LangGraph's own statements; ``COMMIT``. A refused write leaves
-    nothing. Writes without an attempt in the config, and all reads, are LangGraph's own.
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Sequence[Any]]] = []
+
+    async def execute(self, query: str, params: Sequence[Any] | None = None, **_: Any) -> _Recorder:
+        self.calls.append((query, tuple(params or ())))
+        return self
+
+    async def executemany(self, query: str, params_seq: Any, **_: Any) -> None:
+        self.calls.extend((query, tuple(params)) for params in params_seq)
+
+
+class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
+    """``AsyncPostgresSaver`` whose writes for an outlive attempt are fenced in the write itself.
+
+    The owner check is asked on the work as this process last saw it (the core store's cache;
+    the work is read when there is none), then LangGraph's statements go out as one statement
+    conditional on the head's ``seq`` (``_FENCE``): it lands whole only if no ledger write
+    committed since the state that was checked, and waits for one in flight. Otherwise nothing
+    lands, the work is read again and asked again (a refusal is raised only on a fresh read).
+    A statement of another shape than LangGraph's inserts, a predicted task row to remove, or a
+    head that keeps moving: one transaction holding the share lock through the check (the
+    earlier way, 4 or 5 round trips). Writes without an attempt in the config, and all reads, are
+    LangGraph's own.
     """
 
     def __init__(self, conn: psycopg.AsyncConnection[DictRow], ledger: PostgresLedger) -> None:
@@ -105,9 +149,24 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         TaskWrites.__init__(self)
         #: The core's ledger in the same database: the fence reads the work through its store.
         self.ledger = ledger
-        #: Awaited inside the fenced transaction, after the check and before LangGraph's
-        #: statements (tests pause a writer here).
+        #: Awaited after the owner check and before LangGraph's statements are sent (inside the
+        #: transaction on the locked way); tests pause a writer here.
         self.before_write: Callable[[tuple[str, int, int]], Awaitable[None]] | None = None
+        #: False sends every fenced write the locked way (tests of that way).
+        self.one_statement = True
+        #: Fenced writes sent as one statement, and those sent the locked way (benchmarks, tests).
+        self.statements = 0
+        self.locked = 0
+        self._types: dict[str, dict[str, str]] = {}
+        self._shapes: dict[str, str | None] = {}
+
+    async def setup(self) -> None:
+        """LangGraph's tables, then their column types (the fenced statement casts to them)."""
+        await super().setup()
+        async with self.lock, self.conn.cursor(row_factory=tuple_row) as cur:  # type: ignore[union-attr]
+            await cur.execute(_COLUMNS, (_TABLES,))
+            for table, column, type_ in await cur.fetchall():
+                self._types.setdefault(str(table), {})[str(column)] = str(type_)
 
     def task_rows(self, slot: TaskWrite, value: Any) -> tuple[str, list[Any]]:
         """LangGraph's rows for a task that returned ``value`` (what ``aput_writes`` would write:
@@ -148,7 +207,7 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[psycopg.AsyncCursor[DictRow]]:
-        """LangGraph's statements run on this cursor: inside the fence's transaction when owned.
+        """Where LangGraph's statements go: for a fenced write, kept and sent fenced at the end.
 
         (``_cursor`` is the one place ``AsyncPostgresSaver`` opens a cursor; the version range in
         pyproject.toml keeps it.)
@@ -158,6 +217,86 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
             async with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
+        recorder = _Recorder()
+        yield recorder  # type: ignore[misc]
+        if stray is None and owner is not None:
+            statement = self._one_statement(recorder.calls)
+            if statement is not None and await self._compare_and_write(owner, *statement):
+                return
+        await self._locked_write(owner, stray, recorder.calls)
+
+    def _one_statement(self, calls: list[tuple[str, Sequence[Any]]]
+                       ) -> tuple[str, list[Any]] | None:
+        """LangGraph's inserts as CTEs of one statement conditional on the fence, or None."""
+        if not self.one_statement or not calls:
+            return None
+        parts: list[str] = []
+        params: list[Any] = []
+        for i, (query, args) in enumerate(calls):
+            shape = self._shapes.get(query, "")
+            if shape == "":
+                shape = self._shapes[query] = self._conditional(query)
+            if shape is None:
+                return None
+            parts.append(f", w{i} AS ({shape})")
+            params.extend(args)
+        if len(params) > _MAX_PARAMS:
+            return None
+        return _FENCE + "".join(parts) + _TOOK, params
+
+    def _conditional(self, query: str) -> str | None:
+        """``INSERT INTO t (cols) VALUES (%s, ...) rest`` -> ``INSERT INTO t (cols) SELECT
+        %s::type, ... FROM fence rest`` (typed from the table: a bare parameter in a SELECT
+        list would be taken as text), or None for any other shape."""
+        m = _INSERT.match(query)
+        if m is None:
+            return None
+        table, cols, values, rest = m.groups()
+        names = [c.strip() for c in cols.split(",")]
+        types = self._types.get(table)
+        if types is None or len(names) != values.count("%s") or any(n not in types for n in names):
+            return None
+        typed = ", ".join(f"%s::{types[n]}" for n in names)
+        return f"INSERT INTO {table} ({', '.join(names)}) SELECT {typed} FROM fence{rest.rstrip()}"
+
+    async def _compare_and_write(self, owner: tuple[str, int, int], sql: str,
+                                 params: list[Any]) -> bool:
+        """Check on the work as last seen, write conditional on its ``seq``; False: give up.
+
+        A refusal on a cached state is not trusted (the cache may be behind): the work is read
+        again and asked again, and only a refusal on that fresh read is raised.
+        """
+        work, attempt, token = owner
+        cached = self.ledger.store.cached(work)
+        state: WorkState | None = cached.state if cached is not None else None
+        fresh = False
+        conn = self.conn
+        assert isinstance(conn, psycopg.AsyncConnection)
+        for _ in range(_CAS_TRIES):
+            if state is None:
+                state, fresh = await self.ledger.load(work), True
+            try:
+                may_write(state, work, attempt, token)
+            except OutliveError:
+                if fresh:
+                    raise
+                state = None
+                continue
+            assert state is not None
+            if self.before_write is not None:
+                await self.before_write(owner)
+            async with self.lock, conn.cursor(binary=True, row_factory=tuple_row) as cur:
+                await cur.execute(sql, (work, state.seq, *params))
+                row = await cur.fetchone()
+            if row is not None and int(row[0]) == 1:
+                self.statements += 1
+                return True
+            state, fresh = None, False  # the head moved since that state: read it again
+        return False
+
+    async def _locked_write(self, owner: tuple[str, int, int] | None, stray: TaskWrite | None,
+                            calls: list[tuple[str, Sequence[Any]]]) -> None:
+        """The statements in one transaction that share-locks the head before the check."""
         conn = self.conn
         assert isinstance(conn, psycopg.AsyncConnection)
         # Not pipelined: a writer paused inside this transaction must be "idle in transaction"
@@ -171,7 +310,9 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
             if stray is not None:
                 await cur.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
                                                         stray.checkpoint_id, stray.task_id))
-            yield cur
+            for query, args in calls:
+                await cur.execute(query, args)
+        self.locked += 1
 
     async def _check(self, conn: psycopg.AsyncConnection[Any], owner: tuple[str, int, int]) -> None:
         work, attempt, token = owner
