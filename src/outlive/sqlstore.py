@@ -62,6 +62,7 @@ __all__ = [
     "Steps",
     "Write",
     "WriteFailed",
+    "advance",
     "command_flow",
     "sqlite_error",
     "sqlite_path",
@@ -284,6 +285,23 @@ class CachedWork:
         return True
 
 
+def advance(old: CachedWork | None, view: WorkState | None, new: WorkState) -> CachedWork | None:
+    """``old`` moved forward to ``new``, which the ledger returned for ``view`` (``old``'s view
+    for the command); None if that leaves a gap in the journal (then read the work again).
+
+    ``old`` is spent: the new version shares its journal list and index.
+    """
+    added = new.journal[len(view.journal) if view is not None else 0:]
+    work = CachedWork(state=evolve(new, journal=()),
+                      journal=old.journal if old is not None else [],
+                      index=old.index if old is not None else {},
+                      length=(old.length if old is not None else 0) + len(added))
+    for i, entry in enumerate(added):
+        if not work.put(work.length - len(added) + i, entry):
+            return None
+    return work
+
+
 class SqlLedgerStore:
     """Encodes and decodes works as head + rows; caches each work until another writer moves it."""
 
@@ -448,16 +466,11 @@ class SqlLedgerStore:
 
     def remember(self, old: CachedWork | None, view: WorkState | None, new: WorkState) -> None:
         """After a committed write: the cache moves forward without re-reading."""
-        added = new.journal[len(view.journal) if view is not None else 0:]
-        work = CachedWork(state=evolve(new, journal=()),
-                          journal=old.journal if old is not None else [],
-                          index=old.index if old is not None else {},
-                          length=(old.length if old is not None else 0) + len(added))
-        for i, entry in enumerate(added):
-            if not work.put(work.length - len(added) + i, entry):
-                self._cache.pop(new.work_id, None)
-                return
-        self._cache[new.work_id] = work
+        work = advance(old, view, new)
+        if work is None:
+            self._cache.pop(new.work_id, None)
+        else:
+            self._cache[new.work_id] = work
 
     def cached(self, work_id: str) -> CachedWork | None:
         return self._cache.get(work_id)
