@@ -200,10 +200,13 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _View:
+def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
+           wrote: list[bytes] | None = None) -> _View:
     """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core.
 
-    Returns the view of what is now stored (``new`` itself as the state).
+    Returns the view of what is now stored (``new`` itself as the state). ``wrote`` gets the
+    written values as the JSON members of an answer (:func:`answer`): ``"j":[entries]``, then
+    ``"c":{collections}``, then ``"core":core``.
     """
     key = ctx.key()
     old = view.state if view is not None else None
@@ -215,13 +218,16 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _V
         raise _corrupt(key, "a command rewrote journal history")  # apply never does
     added = new.journal[seen:]
     last: Any = None
+    entries: list[bytes] = []
     for k, e in enumerate(added):
         last = codec.encode(e)
-        ctx.set(f"j/{n + k}", _json(last), serde=_B)
+        entries.append(_json(last))
+        ctx.set(f"j/{n + k}", entries[-1], serde=_B)
         ctx.set(f"r/{e.result_id}", str(n + k).encode(), serde=_B)
     n += len(added)
     before = view.stamps if view is not None else {}
     stamps = dict(before)
+    cols: list[bytes] = []
     for name in _COLLECTIONS:
         value = getattr(new, name)
         if value and (old is None or value is not getattr(old, name)):
@@ -229,6 +235,7 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _V
             ctx.set(f"c/{name}/{new.seq}", raw, serde=_B)
             _remember((key, name), raw, value)
             stamps[name] = (len(value), new.seq)
+            cols.append(b'"%s":%s' % (name.encode(), raw))
         elif not value:
             stamps.pop(name, None)
     head = replace(new, journal=new.journal[-1:], inputs=(), candidates=(), acceptances=(),
@@ -238,6 +245,8 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _V
         enc["v"]["journal"] = {"@l": [last if last is not None else codec.encode(head.journal[0])]}
     core = _json({"n": n, "k": {k: list(v) for k, v in stamps.items()}, "s": enc})
     ctx.set(_CORE, core, serde=_B)
+    if wrote is not None:
+        wrote += [b'"j":[', b",".join(entries), b'],"c":{', b",".join(cols), b'},"core":', core]
     _remember((key, _CORE), core, (n, stamps, head))
     for name, (_count, seq) in before.items():
         if stamps.get(name, (0, -1))[1] != seq:
@@ -245,39 +254,72 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState) -> _V
     return _View(n, new, stamps)
 
 
-async def _apply(ctx: restate.ObjectContext,
-                 cmd: L.Command) -> tuple[L.Outcome, int, WorkState]:
-    """``cmd`` applied and its change written: the outcome, the journal's length before, and
-    the state after it whose journal holds only the entries the command appended."""
+async def _apply(ctx: restate.ObjectContext, cmd: L.Command,
+                 wrote: list[bytes] | None = None) -> L.Outcome:
+    """``cmd`` applied and its change written; ``wrote`` gets the members of an answer."""
     view = await _view(ctx, L.reads(None, cmd))
     state = view.state if view is not None else None
     new, outcome = L.apply(state, cmd, work_id=ctx.key())
+    if wrote is not None:
+        wrote += [b'{"o":', _errors.dumps(outcome), b',"q":%d,"n":%d' % (
+            state.seq if state is not None else -1, view.n if view is not None else 0)]
     if L.changed(state, new):
-        _write(ctx, view, new)
-    seen = len(state.journal) if state is not None else 0
-    return outcome, view.n if view is not None else 0, replace(new, journal=new.journal[seen:])
+        if wrote is not None:
+            wrote.append(b",")
+        _write(ctx, view, new, wrote)
+    if wrote is not None:
+        wrote.append(b"}")
+    return outcome
 
 
 async def apply_command(ctx: restate.ObjectContext, cmd: L.Command) -> L.Outcome:
     """Apply ``cmd`` to this key's ledger: read what it needs, ``ledger.apply``, write the change."""
-    return (await _apply(ctx, cmd))[0]
+    return await _apply(ctx, cmd)
 
 
 def answer(raw: bytes, known: WorkState | None) -> tuple[L.Outcome, WorkState | None]:
     """An ``outlive_execute`` answer asked for with :data:`ANSWER`: the outcome, and the state
-    the write left when ``known`` (a state of the same work read or answered before) holds the
-    journal up to where the write appended (entries are written once, so that prefix is the
-    stored one); None when it does not (read the state instead)."""
-    got = _errors.loads(raw)
-    if not (isinstance(got, tuple) and len(got) == 3 and isinstance(got[0], L.Outcome)
-            and isinstance(got[1], int) and isinstance(got[2], WorkState)):
-        raise InvalidRecord(f"the ledger answered with {type(got).__name__}")
-    outcome, n, head = got
-    if n == 0:
-        return outcome, head
-    if known is None or known.work_id != head.work_id or len(known.journal) != n:
+    the write left, or None when it cannot be told from ``known`` (read the state instead).
+
+    The answer holds the write's outcome, the state's ``seq`` and journal length before it,
+    and the values the write stored (its journal entries, the collections it replaced, the
+    core). Every change moves ``seq`` and entries are written once, so when ``known`` (a state
+    of the same work read or answered before) is at that ``seq``, the stored state after the
+    write is the stored values with the rest — the journal before them, the collections the
+    write left alone — taken from ``known``: what reading every key would return.
+    """
+    try:
+        got = json.loads(raw)
+        outcome = codec.decode(got["o"])
+        seq, n = int(got["q"]), int(got["n"])
+        core = got.get("core")
+    except (ValueError, KeyError, TypeError, OutliveError) as exc:
+        raise InvalidRecord(f"the ledger answered with something else ({exc})") from exc
+    if not isinstance(outcome, L.Outcome):
+        raise InvalidRecord(f"the ledger answered with {type(outcome).__name__}")
+    before = known is not None and known.seq == seq and len(known.journal) == n
+    if core is None:    # nothing changed
+        return outcome, known if before else None
+    if seq >= 0 and not before:
         return outcome, None
-    return outcome, replace(head, journal=known.journal + head.journal)
+    try:
+        head = codec.decode(core["s"])
+        stamps = dict(core.get("k", {}))
+        cols = {name: codec.decode(v) for name, v in dict(got["c"]).items()}
+        added = tuple(codec.decode(e) for e in got["j"])
+    except (ValueError, KeyError, TypeError, AttributeError, OutliveError) as exc:
+        raise InvalidRecord(f"the ledger answered with something else ({exc})") from exc
+    if not isinstance(head, WorkState) or not all(isinstance(e, JournalEntry) for e in added):
+        raise InvalidRecord("the ledger answered with something else")
+    prior = known.journal if known is not None and seq >= 0 else ()
+    for name in _COLLECTIONS:
+        if name not in cols:
+            cols[name] = getattr(known, name) if name in stamps and known is not None and \
+                seq >= 0 else ()
+    state = replace(head, journal=prior + added, **cols)
+    if len(state.journal) != int(core["n"]) or state.journal[-1:] != head.journal:
+        raise InvalidRecord("the ledger's answer does not extend the state known before it")
+    return outcome, state
 
 
 def _asks_state(ctx: restate.ObjectContext) -> bool:
@@ -298,10 +340,11 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
             cmd = codec.loads(req)
             if not L.is_command(cmd):
                 raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
-            outcome, n, head = await _apply(ctx, cmd)
-            if _asks_state(ctx):
-                return _errors.dumps((outcome, n, head))
-            return _errors.dumps(outcome)
+            if not _asks_state(ctx):
+                return _errors.dumps(await _apply(ctx, cmd))
+            wrote: list[bytes] = []
+            await _apply(ctx, cmd, wrote)
+            return b"".join(wrote)
         except OutliveError as exc:
             raise _errors.to_terminal(exc) from None
 
