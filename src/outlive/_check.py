@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any, Union
 
 from .errors import InvalidRecord
-from .hashing import MAX_DEPTH, check_json
+from .hashing import _json_ok, _utf8, check_json
 
 __all__ = ["INT_MAX", "INT_MIN", "check_fields", "check_id"]
 
@@ -38,6 +38,8 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def check_id(value: Any, what: str) -> str:
     """A non-empty identifier that every backend can store as text."""
+    if type(value) is str and value and (value.isascii() or _utf8(value)):
+        return value
     _check(value, str, what)
     if not value:
         raise InvalidRecord(f"{what} cannot be empty", field=what)
@@ -68,92 +70,65 @@ _Ok = Callable[[Any], bool]
 _FAST: dict[type, _Ok] = {}
 
 
-def _utf8(value: str) -> bool:
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _json_ok(value: Any, depth: int = 0) -> bool:
-    """What :func:`outlive.hashing.check_json` accepts (its usual types; anything unusual: no)."""
-    t = type(value)
-    if t is str:
-        return _utf8(value)
-    if value is None or t is bool:
-        return True
-    if t is int:
-        return bool(INT_MIN <= value <= INT_MAX)
-    if depth >= MAX_DEPTH:
-        return False
-    if t is dict:
-        for k, v in value.items():
-            if type(k) is not str or not _utf8(k) or not _json_ok(v, depth + 1):
-                return False
-        return True
-    if t is list or t is tuple:
-        for v in value:
-            if not _json_ok(v, depth + 1):
-                return False
-        return True
-    return False
-
-
 def _fast_record(cls: type) -> _Ok:
+    """The compiled check of one record class: a single function whose code names each field and
+    tests its type inline (no closure call, ``getattr`` or loop per field)."""
     if not dataclasses.is_dataclass(cls):
         return lambda value: False
-    checks = tuple((f.name, _fast(_hints(cls)[f.name])) for f in dataclasses.fields(cls))
-
-    def ok(value: Any) -> bool:
-        for name, check in checks:
-            if not check(getattr(value, name)):
-                return False
-        return True
+    names = [f.name for f in dataclasses.fields(cls)]
+    env: dict[str, Any] = {"J": _json_ok, "U": _utf8, "FAST": _FAST, "COMPILE": _fast_record}
+    own = (cls.__module__ in ("outlive.records", "outlive.ledger")
+           and not hasattr(cls, "__slots__") and all(n.isidentifier() for n in names))
+    lines = ["def ok(value):", "    try:"]
+    lines.append("        a = value.__dict__" if own else "        pass")
+    for i, n in enumerate(names):
+        lines.append(f"        x{i} = a[{n!r}]" if own else f"        x{i} = getattr(value, {n!r})")
+    tests = [_expr(_hints(cls)[n], f"x{i}", env) for i, n in enumerate(names)]
+    lines.append("    except (KeyError, AttributeError):")
+    lines.append("        return False")
+    lines.append("    return bool(" + " and ".join(tests or ["True"]) + ")")
+    exec("\n".join(lines), env)   # field names and types of our own classes
+    ok: _Ok = env["ok"]
     return ok
 
 
-def _fast(tp: Any) -> _Ok:
-    """A predicate for ``tp``: never True where :func:`_check` would raise (it may say no more
-    often; then the walk decides)."""
+def _expr(tp: Any, x: str, env: dict[str, Any]) -> str:
+    """A Python expression, true only where :func:`_check` accepts ``x`` as a ``tp`` (it may say
+    no more often; then the walk decides)."""
     if tp is Any:
-        return _json_ok
+        return f"J({x}, 0)"
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         options = typing.get_args(tp)
-        none_ok = type(None) in options
-        checks = tuple(_fast(o) for o in options if o is not type(None))
-        if len(checks) == 1:
-            (one,) = checks
-            return lambda v: (v is None and none_ok) or one(v)
-        return lambda v: (v is None and none_ok) or any(c(v) for c in checks)
+        tests = [_expr(o, x, env) for o in options if o is not type(None)]
+        if type(None) in options:
+            tests.insert(0, f"{x} is None")
+        return "(" + " or ".join(tests) + ")"
     if origin is tuple:
-        item = _fast(typing.get_args(tp)[0])
-        return lambda v: type(v) is tuple and all(item(x) for x in v)
+        y = f"y{len(env)}"
+        env[y] = None   # names taken
+        return f"(type({x}) is tuple and all({_expr(typing.get_args(tp)[0], y, env)} for {y} in {x}))"
     if origin is dict:
         key_tp, val_tp = typing.get_args(tp)
-        fk, fv = _fast(key_tp), _fast(val_tp)
-        return lambda v: type(v) is dict and all(fk(k) and fv(x) for k, x in v.items())
+        k, v = f"k{len(env)}", f"v{len(env)}"
+        env[k] = None   # names taken
+        return (f"(type({x}) is dict and all({_expr(key_tp, k, env)} and {_expr(val_tp, v, env)} "
+                f"for {k}, {v} in {x}.items()))")
     if tp is bool:
-        return lambda v: type(v) is bool
+        return f"type({x}) is bool"
     if tp is int:
-        return lambda v: type(v) is int and INT_MIN <= v <= INT_MAX
+        return f"(type({x}) is int and {INT_MIN} <= {x} <= {INT_MAX})"
     if tp is str:
-        return lambda v: type(v) is str and (v.isascii() or _utf8(v))
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        return lambda v: type(v) is tp
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        def record(v: Any) -> bool:
-            if type(v) is not tp:
-                return False
-            ok = _FAST.get(tp)
-            if ok is None:
-                ok = _FAST[tp] = _fast_record(tp)
-            return ok(v)
-        return record
-    return lambda v: False
+        return f"(type({x}) is str and ({x}.isascii() or U({x})))"
+    if isinstance(tp, type) and (issubclass(tp, Enum) or dataclasses.is_dataclass(tp)):
+        name = f"T{len(env)}"
+        env[name] = tp
+        if issubclass(tp, Enum):
+            return f"type({x}) is {name}"
+        # a nested record: its own compiled check, looked up when first needed
+        return (f"(type({x}) is {name} and (FAST.get({name}) or "
+                f"FAST.setdefault({name}, COMPILE({name})))({x}))")
+    return "False"
 
 
 def _fail(path: str, expected: str, value: Any) -> InvalidRecord:

@@ -27,7 +27,41 @@ def check_json(value: Any, path: str = "$") -> None:
     None, booleans, integers of at most 64 bits, valid Unicode strings, lists/tuples and dicts
     with string keys, nested at most :data:`MAX_DEPTH` deep: what every backend stores alike.
     """
-    _check(value, path, 0)
+    if not _json_ok(value, 0):
+        _check(value, path, 0)   # finds the first bad item and names it
+
+
+def _json_ok(value: Any, depth: int) -> bool:
+    """True only for a value :func:`_check` accepts, without building a path per item (a value
+    it answers no for is walked again by ``_check``, which decides and names the bad item)."""
+    t = type(value)
+    if t is str:
+        return value.isascii() or _utf8(value)
+    if value is None or t is bool:
+        return True
+    if t is int:
+        return bool(-_INT_LIMIT <= value < _INT_LIMIT)
+    if depth >= MAX_DEPTH:
+        return False
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str or not (k.isascii() or _utf8(k)) or not _json_ok(v, depth + 1):
+                return False
+        return True
+    if t is list or t is tuple:
+        for v in value:
+            if not _json_ok(v, depth + 1):
+                return False
+        return True
+    return False
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _text(value: str, path: str) -> None:
@@ -72,7 +106,7 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 def canonical(value: Any) -> bytes:
     """The canonical byte form of a JSON-like value (raises InvalidRecord for anything else)."""
-    _check(value, "$", 0)
+    check_json(value)
     return _CANONICAL.encode(value).encode("utf-8")
 
 
@@ -85,7 +119,9 @@ def content_hash(value: Any) -> str:
 
 def input_key(step: str, sources: dict[str, str]) -> str:
     """The key a journal entry is stored under: the step name plus its declared inputs' hashes."""
-    return content_hash({"step": step, "sources": dict(sorted(sources.items()))})
+    if type(sources) is not dict:
+        sources = dict(sorted(sources.items()))
+    return content_hash({"step": step, "sources": sources})   # the canonical form sorts keys
 
 
 def short(digest: str | None) -> str:

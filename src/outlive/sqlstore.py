@@ -316,6 +316,9 @@ class SqlLedgerStore:
         self._write_ids = itertools.count()
         self._write_pid = -1
         self._write_prefix = ""
+        self._insert_head = dialect.sql(_INSERT_HEAD)
+        self._update_head = dialect.sql(_UPDATE_HEAD)
+        self._upsert_row = dialect.sql(_UPSERT_ROW)
 
     def write_id(self) -> str:
         """A new id for one write, unique across processes: a random prefix (drawn again in a
@@ -417,6 +420,8 @@ class SqlLedgerStore:
         for kind in COLLECTIONS:
             before: tuple[Any, ...] = getattr(view, kind) if view is not None else ()
             after: tuple[Any, ...] = getattr(new, kind)
+            if after is before:
+                continue  # the ledger hands back the very tuple it did not change
             base = 0
             if kind == "journal":  # the view held some entries; new ones go after the whole
                 base = (old.length if old is not None else 0) - len(before)
@@ -441,10 +446,9 @@ class SqlLedgerStore:
         size += len(head)
         cas: tuple[str, tuple[Any, ...]]
         if old is None:
-            cas = (self.dialect.sql(_INSERT_HEAD), (work_id, new.seq, new.epoch, write_id, head))
+            cas = (self._insert_head, (work_id, new.seq, new.epoch, write_id, head))
         else:
-            cas = (self.dialect.sql(_UPDATE_HEAD),
-                   (new.seq, new.epoch, write_id, head, work_id, old.state.seq))
+            cas = (self._update_head, (new.seq, new.epoch, write_id, head, work_id, old.state.seq))
         single = None
         if self.dialect.name == "postgresql":
             if rows:
@@ -455,8 +459,7 @@ class SqlLedgerStore:
                 single = (_pg_write(cas[0], len(rows)), tuple(params))
             else:
                 single = cas  # the head alone: answered by its row count
-        return Write(cas=cas, rows_sql=self.dialect.sql(_UPSERT_ROW), rows=rows, size=size,
-                     single=single)
+        return Write(cas=cas, rows_sql=self._upsert_row, rows=rows, size=size, single=single)
 
     def landed_request(self, work_id: str) -> Landed:
         return Landed(self.dialect.sql(_LANDED), (work_id,))
