@@ -282,3 +282,15 @@ async def test_an_unknown_attempt_that_beats_again_is_told_the_truth(
     await backend.execute("w", L.MarkUnknown(attempt=1, at=6))
     await ctl.admit("w")
     assert await w.heartbeat() is False                        # a successor holds the epoch
+
+
+async def test_a_checked_command_is_not_a_command_a_store_takes(backend: outlive.Backend) -> None:
+    """``ledger.checked`` wraps a command a store has checked and copied once; handed to a store
+    from outside, the wrapper is refused like anything else that is not a command."""
+    await backend.execute("w", L.OpenWork())
+    with pytest.raises(E.InvalidRecord):
+        await backend.execute("w", L.checked(L.PublishInput(version="v1", parts={"p": "x"}, at=0)))
+    with pytest.raises(E.InvalidRecord):
+        L.checked(L.PublishInput(version="v1", parts={"p": 1}, at=0))  # type: ignore[dict-item]
+    st = await backend.load("w")
+    assert st is not None and st.inputs == ()

@@ -28,7 +28,7 @@ async def test_a_step_write_sees_only_the_entries_it_reads_and_the_state_is_the_
     real = _memory.apply
 
     def spy(state: WorkState | None, cmd: Any, **kw: Any) -> Any:
-        if isinstance(cmd, L.RecordSteps):
+        if isinstance(cmd.command if isinstance(cmd, L.Checked) else cmd, L.RecordSteps):
             assert state is not None
             seen.append(len(state.journal))
         return real(state, cmd, **kw)

@@ -7,7 +7,7 @@ import time
 
 from ._clone import clone
 from .backend import Backend, url_options
-from .ledger import Command, Outcome, apply, changed, check_work_id
+from .ledger import Command, Outcome, apply, changed, check_work_id, checked
 from .records import WorkState
 from .sqlstore import CachedWork, advance
 
@@ -33,9 +33,10 @@ class MemoryBackend(Backend):
     async def execute(self, work_id: str, command: Command) -> Outcome:
         check_work_id(work_id)
         async with self._lock:
+            prepared = checked(command)
             work = self._cached.get(work_id)
-            view = work.view(command) if work is not None else None
-            new, outcome = apply(view, command, work_id=work_id, now=int(time.time() * 1000))
+            view = work.view(prepared) if work is not None else None
+            new, outcome = apply(view, prepared, work_id=work_id, now=int(time.time() * 1000))
             if changed(view, new):
                 moved = advance(work, view, new)
                 assert moved is not None, "the ledger only appends to the journal"

@@ -173,7 +173,7 @@ class PostgresLedger:
                 if self.before_write is not None:
                     await self.before_write(conn)
                 cur = await conn.execute(*single)
-                if cur.description is None:   # the head alone: its row count
+                if not req.rows:   # the head alone: its row count
                     return cur.rowcount == 1
                 row = await cur.fetchone()
             return row is not None and int(row[0]) == 1

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "Accept",
     "Admit",
+    "Checked",
     "Command",
     "ConfirmEffect",
     "Finish",
@@ -61,6 +62,7 @@ __all__ = [
     "candidate_digest",
     "changed",
     "check_acceptable",
+    "checked",
     "check_command",
     "check_owner",
     "check_size",
@@ -305,7 +307,29 @@ def is_command(value: object) -> bool:
     return isinstance(value, COMMANDS)
 
 
-def reads(state: WorkState | None, cmd: Command) -> frozenset[str]:
+class Checked:
+    """A command checked and copied once, by :func:`checked`; :func:`reads` and :func:`apply`
+    take it as it is instead of checking and copying it again.
+
+    Not a record (no codec tag): it never travels, it is made in the process that applies it.
+    Only :func:`checked` makes one, and it refuses to wrap anything but a well-formed command, so
+    a caller who hands a store a ``Checked`` gets ``InvalidRecord`` (it is not a command).
+    """
+
+    __slots__ = ("command",)
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+
+
+def checked(cmd: Any) -> Checked:
+    """``cmd`` checked (:func:`check_command`) and copied: for a store that asks :func:`reads`
+    and then :func:`apply` about the same command, so it is checked and copied once."""
+    check_command(cmd)
+    return Checked(clone(cmd))
+
+
+def reads(state: WorkState | None, cmd: Command | Checked) -> frozenset[str]:
     """The result ids of the journal entries :func:`apply` looks at for ``cmd``.
 
     A store that loads only part of the journal must give ``apply`` at least these entries (the
@@ -313,7 +337,10 @@ def reads(state: WorkState | None, cmd: Command) -> frozenset[str]:
     simply not found, exactly as with the whole journal.
     """
     del state  # no command reads journal entries that only the state could name
-    check_command(cmd)   # a malformed command is typed here too, before a store looks it up
+    if type(cmd) is Checked:
+        cmd = cmd.command
+    else:
+        check_command(cmd)   # a malformed command is typed here too, before a store looks it up
     if isinstance(cmd, RecordSteps):
         return frozenset(w.result_id for w in cmd.entries)
     if isinstance(cmd, SubmitCandidate):
@@ -570,7 +597,7 @@ def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
             JournalEntry(
                 step=w.step,
                 input_key=w.input_key if state.policy.pins else None,
-                sources=dict(w.sources) if state.policy.pins else {},
+                sources=w.sources if state.policy.pins else {},   # the command is a copy
                 result=w.result, result_id=w.result_id, attempt=att.number, token=token,
                 seq=seq, stale=stale,
                 external=tuple(w.external) if state.policy.pins else (),
@@ -580,7 +607,7 @@ def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
 
 
 # -- apply -------------------------------------------------------------------------------------
-def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None,
+def apply(state: WorkState | None, cmd: Command | Checked, *, work_id: str | None = None,
           now: int | None = None) -> tuple[WorkState, Outcome]:
     """Apply ``cmd``; return the new state and outcome, or raise a :class:`~outlive.errors.Rejected`.
 
@@ -591,15 +618,20 @@ def apply(state: WorkState | None, cmd: Command, *, work_id: str | None = None,
     A malformed command (a field of the wrong type, an integer beyond 64 bits, a string that is
     not valid Unicode, a value nested too deep) is :class:`~outlive.errors.InvalidRecord` before
     anything is looked at. The command is copied on the way in and the outcome on the way out:
-    no object the caller holds can reach the state, and no object returned can change it.
+    no object the caller holds can reach the state, and no object returned can change it. A
+    :class:`Checked` command was checked and copied already.
     """
-    check_command(cmd)
+    command: Command
+    if type(cmd) is Checked:
+        command = cmd.command
+    else:
+        check_command(cmd)
+        command = clone(cmd)
     if work_id is not None:
         check_work_id(work_id)
     if now is not None and (type(now) is not int):
         raise E.InvalidRecord("the store's clock must be an integer", field="now")
-    cmd = clone(cmd)
-    new, outcome = _apply(state, cmd, work_id, now)
+    new, outcome = _apply(state, command, work_id, now)
     return new, clone(outcome)
 
 

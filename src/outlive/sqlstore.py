@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from . import codec
 from ._clone import clone, evolve
 from .errors import BackendUnavailable, ConfigError, CorruptRecord, InvalidRecord, OutliveError
-from .ledger import Command, Outcome, apply, changed, check_work_id, reads
+from .ledger import Checked, Command, Outcome, apply, changed, check_work_id, checked, reads
 from .records import JournalEntry, WorkState
 
 __all__ = [
@@ -266,7 +266,7 @@ class CachedWork:
     index: dict[str, int]            # result id -> position in ``journal``
     length: int
 
-    def view(self, command: Command) -> WorkState:
+    def view(self, command: Command | Checked) -> WorkState:
         wanted = reads(self.state, command)
         found = sorted(i for r in wanted if (i := self.index.get(r, self.length)) < self.length)
         return evolve(self.state, journal=tuple(self.journal[i] for i in found))
@@ -512,23 +512,24 @@ def command_flow(store: SqlLedgerStore, work_id: str,
     or a no-op answered from the cache is never trusted: the work is read and applied again.
     """
     check_work_id(work_id)
+    prepared = checked(command)   # checked and copied once, however many times it is applied
     optimistic = store.cached(work_id)
     work: CachedWork | None
     view: WorkState | None
     while True:
         if optimistic is not None:
             work, optimistic = optimistic, None
-            view = work.view(command)
+            view = work.view(prepared)
             try:
-                new, outcome = apply(view, command, work_id=work_id, now=_now_ms())
+                new, outcome = apply(view, prepared, work_id=work_id, now=_now_ms())
             except OutliveError:
                 continue  # decided on a possibly stale copy: decide again on the stored state
             if not changed(view, new):
                 continue
         else:
             work = yield from _load(store, work_id)
-            view = work.view(command) if work is not None else None
-            new, outcome = apply(view, command, work_id=work_id, now=_now_ms())
+            view = work.view(prepared) if work is not None else None
+            new, outcome = apply(view, prepared, work_id=work_id, now=_now_ms())
             if not changed(view, new):
                 return outcome
         write_id = store.write_id()
