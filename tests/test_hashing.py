@@ -39,3 +39,33 @@ def test_input_key_covers_step_and_sources() -> None:
     assert k != input_key("s2", {"s2": "ab"})
     assert k != input_key("s3", {"s2": "aa"})
     assert k == input_key("s2", {"s2": "aa"})
+
+
+def test_an_input_key_is_the_hash_of_its_inputs_whether_remembered_or_not() -> None:
+    """Keys are remembered by their exact inputs (the ledger re-derives the key a worker just
+    derived); a remembered key is always the true hash, and only exact strings are remembered."""
+    from outlive import hashing
+
+    src = {"b": content_hash("2"), "a": content_hash("1")}
+    true = content_hash({"step": "s", "sources": dict(sorted(src.items()))})
+    hashing._KEYS.clear()
+    assert input_key("s", src) == true and hashing._KEYS       # derived, then remembered
+    assert input_key("s", dict(src)) == true                    # found again
+    assert input_key("s", dict(reversed(list(src.items())))) == true   # another order: the same
+    assert input_key("t", src) != true and input_key("s", {"a": src["a"]}) != true
+
+    class Liar(str):
+        """Equal to every string: must never find another input's key."""
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = str.__hash__
+
+    hashing._KEYS.clear()
+    assert input_key("s", src) == true
+    forged = {Liar("b"): Liar(content_hash("9")), "a": src["a"]}
+    assert input_key("s", forged) != true
+    for _ in range(hashing._KEYS_MAX + 10):                     # full: cleared, never unbounded
+        input_key("s", {"x": content_hash(_)})
+    assert len(hashing._KEYS) <= hashing._KEYS_MAX

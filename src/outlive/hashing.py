@@ -117,10 +117,29 @@ def content_hash(value: Any) -> str:
     return hashlib.sha256(canonical(value)).hexdigest()
 
 
+#: Input keys computed lately, by their exact inputs. A worker derives a step's key and the
+#: ledger derives it again to check the one the write carries: the second is found here. Only
+#: true hashes are kept, under inputs made of exact ``str`` (equal means the same text), so a
+#: forged key still differs from what is found. Cleared when full.
+_KEYS: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+_KEYS_MAX = 4096
+
+
 def input_key(step: str, sources: dict[str, str]) -> str:
     """The key a journal entry is stored under: the step name plus its declared inputs' hashes."""
     if type(sources) is not dict:
         sources = dict(sorted(sources.items()))
+    elif type(step) is str:
+        items = tuple(sources.items())
+        if all(type(k) is str and type(v) is str for k, v in items):
+            memo = (step, items)
+            key = _KEYS.get(memo)
+            if key is None:
+                key = content_hash({"step": step, "sources": sources})
+                if len(_KEYS) >= _KEYS_MAX:
+                    _KEYS.clear()
+                _KEYS[memo] = key
+            return key
     return content_hash({"step": step, "sources": sources})   # the canonical form sorts keys
 
 
