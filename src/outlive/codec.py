@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from enum import Enum
 from typing import Any
 
@@ -197,13 +198,17 @@ def _text(value: Any, depth: int) -> str:
     fn = _TEXT.get(t)
     if fn is not None:
         return fn(value, depth)  # type: ignore[no-any-return]
+    d = depth + 1
     if t is tuple:
-        return '{"@l":[' + ",".join([_text(v, depth + 1) for v in value]) + "]}"
+        return '{"@l":[' + ",".join([_STR(v) if type(v) is str else _text(v, d)
+                                     for v in value]) + "]}"
     if t is dict:
-        return '{"@d":{' + ",".join([_STR(k if type(k) is str else str(k)) + ":"
-                                     + _text(v, depth + 1) for k, v in value.items()]) + "}}"
+        return '{"@d":{' + ",".join([
+            _STR(k if type(k) is str else str(k)) + ":"
+            + (_STR(v) if type(v) is str else _INT(v) if type(v) is int else _text(v, d))
+            for k, v in value.items()]) + "}}"
     if t is list:
-        return "[" + ",".join([_text(v, depth + 1) for v in value]) + "]"
+        return "[" + ",".join([_STR(v) if type(v) is str else _text(v, d) for v in value]) + "]"
     if isinstance(value, Enum) and type(value.value) in (str, int):
         text = _ENUM_TEXT.get(value)
         if text is None:
@@ -220,19 +225,31 @@ def _text(value: Any, depth: int) -> str:
 def _compile_text(t: type) -> Any:
     """The text of one ``t`` record: its fields written in code, as :func:`_compile` does."""
     names = tuple(f.name for f in dataclasses.fields(t))
+    try:
+        hints = typing.get_type_hints(t)
+    except Exception:   # hints that do not resolve: each field written as it comes
+        hints = {}
     lines = ["def text(value, depth):", "    a = value.__dict__", "    d = depth + 1"]
     parts = []
+    scope: dict[str, Any] = {"S": _STR, "I": _INT, "X": _text, "ENUMS": _ENUM_TEXT}
     for i, n in enumerate(names):
         lead = ('{"@t":' + _STR(t.__name__) + ',"v":{') if i == 0 else ","
         lines.append(f"    x{i} = a[{n!r}]")
         parts.append(repr(lead + _STR(n) + ":"))
-        parts.append(f"(S(x{i}) if type(x{i}) is str else I(x{i}) if type(x{i}) is int "
-                     f"else 'null' if x{i} is None else X(x{i}, d))")
+        x = f"x{i}"
+        tp = hints.get(n)
+        if isinstance(tp, type) and issubclass(tp, Enum):   # a member's text, once known
+            scope[f"E{i}"] = tp
+            parts.append(f"((type({x}) is E{i} and ENUMS.get({x})) or X({x}, d))")
+        elif typing.get_origin(tp) is tuple:
+            parts.append(f"('{{\"@l\":[]}}' if type({x}) is tuple and not {x} else X({x}, d))")
+        else:
+            parts.append(f"(S({x}) if type({x}) is str else I({x}) if type({x}) is int "
+                         f"else 'null' if {x} is None else X({x}, d))")
     pieces = ['{"@t":' + _STR(t.__name__) + ',"v":{'] if not names else []
     parts += [repr(p) for p in pieces]
     parts.append(repr("}}"))
     lines.append("    return ''.join((" + ", ".join(parts) + "))")
-    scope: dict[str, Any] = {"S": _STR, "I": _INT, "X": _text}
     exec("\n".join(lines), scope)   # the field names are identifiers of our own classes
     return scope["text"]
 
