@@ -125,10 +125,14 @@ class PostgresLedger:
             await self.close()
             raise BackendUnavailable(f"{self.url}: cannot create the ledger tables: {exc}",
                                      url=self.url) from exc
-        self._idle = asyncio.Queue()
-        self._idle.put_nowait(conn)
+        # Last in, first out: one caller at a time keeps reusing the connection it just used,
+        # whose server process is awake and warm. Taken in turn (a FIFO), each statement went to
+        # the server process idle the longest: a fenced write took 470 us where the same
+        # statement on one connection took 270-380 us.
+        self._idle = asyncio.LifoQueue()
         for _ in range(self.options["pool"] - 1):
-            self._idle.put_nowait(None)  # opened on first use
+            self._idle.put_nowait(None)  # opened on first use, when the others are all busy
+        self._idle.put_nowait(conn)
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
