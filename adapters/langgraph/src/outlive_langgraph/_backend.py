@@ -227,8 +227,7 @@ class LangGraphMemoryBackend(_CoreLedgerBackend):
         ledger = self.ledger = MemoryBackend()
         # The fence only reads the work: no deep copy of the whole state on every LangGraph
         # write (``load`` copies; on a long journal that made each step cost more than the last).
-        self._saver = FencedCheckpointer(InMemorySaver(), ledger,
-                                         peek=lambda work: ledger._works.get(work))
+        self._saver = FencedCheckpointer(InMemorySaver(), ledger, peek=ledger.peek)
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:

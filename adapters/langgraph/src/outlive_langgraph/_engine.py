@@ -66,6 +66,10 @@ _PERSIST: dict[str, Persist] = {"sync": "step", "async": "step", "exit": "end"}
 
 #: The worker of the attempt ``run`` is driving (tasks also find it through the config).
 _RUN: ContextVar[Worker | None] = ContextVar("outlive_langgraph_run", default=None)
+#: Set by an ``outlive_task`` call around scheduling its LangGraph task (whose body runs in a
+#: copy of that context): the body puts the envelope it returns there, so the call can tell
+#: its own body's envelope from one LangGraph restored by position.
+_RETURNED: ContextVar[list[Any] | None] = ContextVar("outlive_langgraph_returned", default=None)
 
 
 def persist_for(durability: Durability) -> Persist:
@@ -172,12 +176,17 @@ class OutliveTask(Generic[P, T]):
                 result = await _inline(worker, step, fn, wrap(inputs))
             finally:
                 PENDING_TASK_WRITE.reset(token)
+            envelope: dict[str, Any]
             if pending.value:
-                written: dict[str, Any] = pending.value[0]
-                return written
-            done = worker.steps[step]
-            return {_ENVELOPE: step, "key": done.input_key, "attempt": worker.attempt.number,
-                    "result": result}
+                envelope = pending.value[0]
+            else:
+                done = worker.steps[step]
+                envelope = {_ENVELOPE: step, "key": done.input_key,
+                            "attempt": worker.attempt.number, "result": result}
+            returned = _RETURNED.get()
+            if returned is not None:
+                returned.append(envelope)
+            return envelope
 
         body.__name__ = self.name
         # No retry policy: a retried body would be a second model call the ledger never saw.
@@ -204,9 +213,18 @@ class OutliveTask(Generic[P, T]):
         inputs = _inputs(self._sig, self.name, args, kwargs, self._names)
         sources = {k: content_hash(v) for k, v in inputs.items()}   # each input hashed once
         step = self.step_name(inputs, sources)
-        key = input_key(step, sources)
-        envelope = await self._task(step, inputs)
+        returned: list[Any] = []
+        token = _RETURNED.set(returned)
+        try:
+            pending = self._task(step, inputs)
+        finally:
+            _RETURNED.reset(token)
+        envelope = await pending
         result: T
+        if returned and envelope is returned[0]:
+            result = worker.result(step)   # this call's body ran (or restored) the step just now
+            return result
+        key = input_key(step, sources)
         if isinstance(envelope, dict) and envelope.get(_ENVELOPE) == step \
                 and envelope.get("key") == key:
             done = worker.steps.get(step)
