@@ -642,16 +642,19 @@ class SqliteLedgerStore:
         return self._retrying(lambda: conn.execute(sql, params).fetchall())  # type: ignore[no-any-return]
 
     def _write(self, conn: sqlite3.Connection, req: Write) -> bool:
-        self._retrying(lambda: conn.execute("BEGIN IMMEDIATE"))
+        cur = conn.cursor()   # one cursor for the transaction's statements
+        self._retrying(lambda: cur.execute("BEGIN IMMEDIATE"))
         try:
-            if conn.execute(*req.cas).rowcount != 1:
-                conn.execute("ROLLBACK")
+            if cur.execute(*req.cas).rowcount != 1:
+                cur.execute("ROLLBACK")
                 return False
-            if req.rows:
-                conn.executemany(req.rows_sql, req.rows)
+            if len(req.rows) == 1:
+                cur.execute(req.rows_sql, req.rows[0])
+            elif req.rows:
+                cur.executemany(req.rows_sql, req.rows)
             if self.before_commit is not None:
                 self.before_commit(conn)
-            conn.execute("COMMIT")
+            cur.execute("COMMIT")
             return True
         except BaseException:
             if conn.in_transaction:
