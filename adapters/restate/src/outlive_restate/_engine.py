@@ -51,6 +51,7 @@ from restate.server_context import current_context
 
 from outlive import codec
 from outlive import ledger as L
+from outlive._clone import evolve
 from outlive.backend import Backend, StepCall
 from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected, StaleOwner
 from outlive.hashing import canonical
@@ -178,8 +179,7 @@ class HandlerBackend(Backend):
         """The body as one ``ctx.run_typed`` entry; its journaled value carries the time."""
         async def action() -> bytes:
             result = await fn()
-            return json.dumps({"v": codec.encode(result), "t": int(time.time() * 1000)},
-                              separators=(",", ":")).encode()
+            return b'{"v":%s,"t":%d}' % (codec.dumps(result).encode(), int(time.time() * 1000))
 
         run = self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action,
                                  restate.RunOptions(max_attempts=1, serde=_B))
@@ -299,18 +299,19 @@ class OwnedBackend(HandlerBackend):
 
     async def _apply(self, work_id: str, command: L.Command) -> L.Outcome:
         view = await self._own()
+        cmd = L.checked(command)   # checked and copied once, for reads() and apply()
         if view is not None:
             # the ledger sees the entries the command names and the last one, as the ledger's
             # handler does: a step costs the same at entry 10 and at entry 10,000
             n = len(self._journal)
-            picked = sorted({self._index[r] for r in L.reads(view.state, command) if r in self._index}
+            picked = sorted({self._index[r] for r in L.reads(view.state, cmd) if r in self._index}
                             | ({n - 1} if n else set()))
-            view = _View(n, replace(view.state, journal=tuple(self._journal[i] for i in picked)),
+            view = _View(n, evolve(view.state, journal=tuple(self._journal[i] for i in picked)),
                          view.stamps)
         state = view.state if view is not None else None
         # the store's clock is the invocation's journaled time (a step's end, or ctx.time()):
         # a replay applies with the same one
-        new, outcome = L.apply(state, command, work_id=work_id,
+        new, outcome = L.apply(state, cmd, work_id=work_id,
                                now=self.now or None)   # a rejection writes nothing
         if L.changed(state, new):
             for e in new.journal[len(state.journal) if state is not None else 0:]:

@@ -257,9 +257,10 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
 async def _apply(ctx: restate.ObjectContext, cmd: L.Command,
                  wrote: list[bytes] | None = None) -> L.Outcome:
     """``cmd`` applied and its change written; ``wrote`` gets the members of an answer."""
-    view = await _view(ctx, L.reads(None, cmd))
+    once = L.checked(cmd)   # checked and copied once, for reads() and apply()
+    view = await _view(ctx, L.reads(None, once))
     state = view.state if view is not None else None
-    new, outcome = L.apply(state, cmd, work_id=ctx.key())
+    new, outcome = L.apply(state, once, work_id=ctx.key())
     if wrote is not None:
         wrote += [b'{"o":', _errors.dumps(outcome), b',"q":%d,"n":%d' % (
             state.seq if state is not None else -1, view.n if view is not None else 0)]
