@@ -151,3 +151,32 @@ async def test_a_failed_batch_is_retried_without_rerunning_journaled_steps(
         await w.run_steps(plan)
     assert await w.run_steps(plan) == ["s1", "s2"]
     assert calls == ["s1", "s2", "s2"]
+
+
+@pytest.mark.parametrize("pins", [True, False])
+async def test_a_successor_restores_exactly_what_the_journal_lookup_finds(pins: bool) -> None:
+    """The worker finds restorable steps through an index of the loaded journal; it must answer
+    as ``WorkState.lookup`` does (the latest entry of a step and key; by name alone without
+    pins) for steps journaled twice, under two keys, and never."""
+    from outlive import Policy
+
+    b = await outlive.open_backend("memory://")
+    ctl = Controller(b, clock=lambda: 0)
+    await ctl.open_work("w", policy=Policy(pins=pins))
+    await ctl.publish("w", "v1", V1)
+    texts = ["a", "b", "a", "c", "b"]
+    for i, text in enumerate(texts):       # one attempt each: "s1" journaled under several keys
+        w = Worker(b, await ctl.admit("w"), V1)
+        await w.start()
+        await w.step("s1", lambda i=i, **kw: f"r{i}", x=outlive.External(text))
+        await w.step(f"only{i}", lambda i=i, **kw: i, x=outlive.External(text))
+        await w.finish()
+    w = Worker(b, await ctl.admit("w"), V1)
+    st = await w.start()
+    for name in ["s1", "only0", "only4", "never"]:
+        for text in ["a", "b", "c", "z"]:
+            sources = {"x": outlive.content_hash(text)}
+            key = outlive.input_key(name, sources)
+            want = st.lookup(name, key)
+            assert w.can_restore(name, x=outlive.External(text)) is (want is not None)
+            assert w._lookup(name, key) is want

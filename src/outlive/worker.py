@@ -27,7 +27,7 @@ from .errors import (
     VersionMismatch,
 )
 from .hashing import content_hash, input_key
-from .records import Attempt, Candidate, Effect, EffectState, Part, Receipt, WorkState
+from .records import Attempt, Candidate, Effect, EffectState, JournalEntry, Part, Receipt, WorkState
 
 __all__ = ["KEEP", "External", "Persist", "Sender", "StepRecord", "Worker"]
 
@@ -122,6 +122,9 @@ class Worker:
         self._parts: dict[str, Part] = {}
         self._pending: list[L.StepWrite] = []
         self._state: WorkState | None = None
+        #: The loaded journal indexed as ``WorkState.lookup`` searches it (built on first use).
+        self._found: dict[tuple[str, str | None], JournalEntry] | None = None
+        self._found_of: WorkState | None = None
         #: Set when a heartbeat learned that this attempt was replaced.
         self.replaced = False
 
@@ -175,6 +178,18 @@ class Worker:
             raise InvalidRecord("call Worker.start() before working")
         return self._state
 
+    def _lookup(self, step: str, key: str | None) -> JournalEntry | None:
+        """``WorkState.lookup`` on the loaded state, by an index built once per state, so a step
+        costs the same whatever the journal's length (the search walks the whole journal)."""
+        st = self._st()
+        pins = st.policy.pins
+        if self._found is None or self._found_of is not st:
+            found: dict[tuple[str, str | None], JournalEntry] = {}
+            for e in st.journal:   # in order: the latest entry of each (step, key) wins
+                found[(e.step, e.input_key if pins else None)] = e
+            self._found, self._found_of = found, st
+        return self._found.get((step, key if pins else None))
+
     async def _call(self, cmd: L.Command) -> L.Outcome:
         return await _observe.execute(self.backend, self.work_id, cmd)
 
@@ -206,7 +221,7 @@ class Worker:
         done = self.steps.get(p.name)
         if done is not None and done.input_key == p.key:
             return True   # already run or restored in this attempt
-        entry = self._st().lookup(p.name, p.key)
+        entry = self._lookup(p.name, p.key)
         if entry is None:
             return False
         self._remember(p, entry.result, entry.result_id, restored=True)
@@ -337,7 +352,7 @@ class Worker:
         """Whether ``step(name, ..., **inputs)`` would be restored from the journal."""
         values, _external = _unwrap(inputs)
         sources = {k: content_hash(v) for k, v in values.items()}
-        return self._st().lookup(name, input_key(name, sources)) is not None
+        return self._lookup(name, input_key(name, sources)) is not None
 
     @_observe.traced("outlive.candidate",
                     lambda self, *a, **kw: {"work_id": self.work_id,
