@@ -11,7 +11,7 @@ import pytest
 import outlive
 from outlive import Contract, Controller, MemoryReceiver, StrictCurrent, Worker
 from outlive import ledger as L
-from outlive_langgraph import LangGraphSqliteBackend, step_thread_id
+from outlive_langgraph import LangGraphBackend, LangGraphSqliteBackend, step_thread_id
 
 from ._q3 import V1, V2, Model
 
@@ -204,3 +204,19 @@ async def test_bad_urls() -> None:
         await outlive.open_backend("langgraph+sqlite:////no/such/dir/x.db")
     with pytest.raises(outlive.BackendUnavailable):
         await LangGraphSqliteBackend("langgraph+sqlite:///x.db").load("w")
+
+
+async def test_the_attempts_thread_does_not_grow_with_each_step(backend: outlive.Backend) -> None:
+    """``Worker.step`` runs each body in an invocation on the attempt's own thread. LangGraph
+    keeps every task name it has seen in that thread's checkpoint, so a task name per step made
+    each checkpoint (loaded and saved on every invocation) grow with the number of steps."""
+    assert isinstance(backend, LangGraphBackend)
+    ctl = await _open(backend)
+    w = Worker(backend, await ctl.admit("digest/q3"), V1)
+    await w.start()
+    for i in range(12):
+        await w.step(f"s{i}", lambda i: {"i": i}, i=outlive.External(i))
+    latest = await backend.checkpointer.aget_tuple(
+        {"configurable": {"thread_id": step_thread_id("digest/q3", 1)}})
+    assert latest is not None
+    assert len(latest.checkpoint["versions_seen"]) <= 3, list(latest.checkpoint["versions_seen"])

@@ -79,7 +79,6 @@ class LangGraphBackend(Backend):
         super().__init__(url)
         self.durability: Durability = parse_url(url, self.store_options).durability
         self._bodies: dict[str, Callable[[], Awaitable[Any]]] = {}
-        self._tasks: dict[str, Any] = {}
         self._program: Pregel[Any, Any, Any, Any] | None = None
 
     # -- the engine side -----------------------------------------------------------------------
@@ -92,27 +91,26 @@ class LangGraphBackend(Backend):
         """Your own saver, with an outlive attempt's writes checked against this ledger first."""
         return FencedCheckpointer(saver, self)
 
-    def _task_for(self, step: str) -> Any:
-        """One ``@task`` per step name, so checkpoint writes are labelled by the step."""
-        found = self._tasks.get(step)
-        if found is None:
+    def _step_program(self) -> Pregel[Any, Any, Any, Any]:
+        """An ``@entrypoint`` around one ``@task`` that runs the body registered under a key.
+
+        One task name for every step (the step's name is in the invocation's input): LangGraph
+        keeps each task name it has seen in the thread's checkpoint (``versions_seen``), so a
+        name per step made every checkpoint of the attempt's thread, and the time to load and
+        save it, grow with each step.
+        """
+        if self._program is None:
             bodies = self._bodies
 
-            async def body(key: str) -> Any:
+            async def run_body(key: str) -> Any:
                 return await bodies[key]()
 
             # No retry policy: a retried body would be a second model call the ledger never saw.
-            found = task(name=f"outlive:{step}")(body)  # type: ignore[arg-type]
-            self._tasks[step] = found
-        return found
-
-    def _step_program(self) -> Pregel[Any, Any, Any, Any]:
-        if self._program is None:
-            tasks = self._task_for
+            body: Any = task(name="outlive_step_body")(run_body)  # type: ignore[arg-type]
 
             @entrypoint(checkpointer=self.checkpointer)
             async def outlive_step(call: dict[str, str]) -> Any:
-                return await tasks(call["step"])(call["key"])
+                return await body(call["key"])
 
             self._program = outlive_step
         return self._program
