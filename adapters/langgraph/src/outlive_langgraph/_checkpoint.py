@@ -231,7 +231,8 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
 
     async def _fenced(self, config: RunnableConfig, sql: str, rows: list[tuple[Any, ...]],
                       stray: TaskWrite | None = None) -> None:
-        await self.setup()
+        if not self.is_setup:   # (``setup`` takes the saver's lock even when it is done)
+            await self.setup()
         owner = owner_of(config)
 
         def tx(conn: sqlite3.Connection) -> None:
