@@ -40,7 +40,14 @@ from outlive import (
 )
 from outlive import ledger as L
 from outlive.backend import StepCall
-from outlive.errors import ContractFailed, FencingError, ScenarioError, StaleOwner, VersionMismatch
+from outlive.errors import (
+    ContractFailed,
+    FencingError,
+    Rejected,
+    ScenarioError,
+    StaleOwner,
+    VersionMismatch,
+)
 from outlive.hashing import short
 from outlive.records import Candidate, InputVersion, WorkState
 from outlive.rules import (
@@ -215,6 +222,13 @@ class _HarnessDispatcher(Dispatcher):
         await self.run.admitted(assignment)
 
 
+class _Unread:
+    """Nothing was read (``None`` is a read: the work does not exist)."""
+
+
+_UNREAD = _Unread()
+
+
 class _ReadOnce(Backend):
     """The run's backend, read once between two writes.
 
@@ -229,7 +243,11 @@ class _ReadOnce(Backend):
 
     A backend whose writes answer with the state they left (``answered(work_id)``, Restate's
     in-handler driver) hands that state over: when nothing else moved while a write was
-    writing, it is what the next read would return, and it is kept as read.
+    writing, it is what the next read would return, and it is kept as read. With such a backend
+    a call that left the ledger as it was also keeps what was read before it, when nothing else
+    moved during the whole call: a command the ledger refused (``Rejected``: a refusal writes
+    nothing), and a step without its record when the backend says its steps write nothing to
+    the ledger (``steps_write_ledger = False``).
     """
 
     def __init__(self, inner: Backend) -> None:
@@ -258,27 +276,44 @@ class _ReadOnce(Backend):
             self._read[work_id] = st
         return st
 
-    def _ended(self, work_id: str, mark: int, ok: bool) -> None:
-        """A write ends (``ok``: it returned); ``mark`` is ``_writes`` when it began writing
-        (after its body)."""
-        alone = ok and self._writes == mark and self._writing == 1
+    def _begin(self, work_id: str) -> tuple[WorkState | _Unread | None, int]:
+        """A call that may write starts: what was read of ``work_id`` before it, and ``_writes``."""
+        before = self._read.get(work_id, _UNREAD)
+        self._moved(1)
+        return before, self._writes
+
+    def _ended(self, work_id: str, mark: int, ok: bool, *, start: int | None = None,
+               bodies: int = 0, before: WorkState | _Unread | None = None,
+               left_alone: bool = False) -> None:
+        """A call that may write ends (``ok``: it returned). ``mark`` is ``_writes`` when it
+        began writing (after its body); ``start`` when it started, ``bodies`` how many of its
+        step bodies ran since, ``before`` what was read then, and ``left_alone`` whether it left
+        the ledger as it was."""
+        writing_alone = self._writing == 1
+        alone = ok and self._writes == mark and writing_alone
+        untouched = (left_alone and writing_alone and start is not None
+                     and self._writes == start + 2 * bodies and not isinstance(before, _Unread))
         self._moved(-1)
         answered = getattr(self.inner, "answered", None)
         if answered is not None:
             state = answered(work_id)   # taken either way: it belongs to this write
             if alone and state is not None:
                 self._read[work_id] = state
+            elif untouched:
+                self._read[work_id] = before   # type: ignore[assignment]
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
-        self._moved(1)
-        mark = self._writes
-        ok = False
+        before, mark = self._begin(work_id)
+        ok = refused = False
         try:
             out = await self.inner.execute(work_id, command)
             ok = True
             return out
+        except Rejected:
+            refused = True
+            raise
         finally:
-            self._ended(work_id, mark, ok)
+            self._ended(work_id, mark, ok, start=mark, before=before, left_alone=refused)
 
     def _body(self, fn: Callable[[], Awaitable[Any]],
               marks: list[int] | None = None) -> Callable[[], Awaitable[Any]]:
@@ -294,24 +329,29 @@ class _ReadOnce(Backend):
         return body
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
-        self._moved(1)
+        before, start = self._begin(call.work_id)
+        marks: list[int] = []
         try:
-            return await self.inner.run_step(call, self._body(fn))
+            return await self.inner.run_step(call, self._body(fn, marks))
         finally:
-            self._moved(-1)
+            self._ended(call.work_id, -1, False, start=start, bodies=len(marks), before=before,
+                        left_alone=getattr(self.inner, "steps_write_ledger", True) is False)
 
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
-        self._moved(1)
+        before, start = self._begin(call.work_id)
         marks: list[int] = []   # the body's end (a restored step has no body: then the start)
-        start = self._writes
-        ok = False
+        ok = refused = False
         try:
             got = await self.inner.run_and_record(call, self._body(fn, marks), record)
             ok = True
             return got
+        except Rejected:
+            refused = True
+            raise
         finally:
-            self._ended(call.work_id, marks[-1] if marks else start, ok)
+            self._ended(call.work_id, marks[-1] if marks else start, ok, start=start,
+                        bodies=len(marks), before=before, left_alone=refused)
 
     async def run_and_record_many(
             self, calls: list[StepCall], fns: list[Callable[[], Awaitable[Any]]],
