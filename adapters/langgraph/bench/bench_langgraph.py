@@ -4,7 +4,8 @@ The raw baseline runs under the saver a user writes (``AsyncSqliteSaver`` on its
 ``AsyncPostgresSaver`` on its own connection, ``InMemorySaver``); outlive's side under the
 backend's fenced saver. Same durability, same process, same trivial body. Each measure runs in
 rounds that alternate raw and outlive, so load on a shared machine hits both alike; a row gives
-the median of the rounds' ratios and their range. Three shapes:
+the median of the rounds' ratios and their range (nine rounds by default: on a shared 2-core
+machine a load spike of a few hundred milliseconds lands on one side of a round). Three shapes:
 
 * **in one entrypoint**: N steps inside one ``@entrypoint`` invocation, raw ``@task`` vs
   ``outlive_task``. The per-step cost is the invocation's wall time over N: under
@@ -21,7 +22,7 @@ the median of the rounds' ratios and their range. Three shapes:
 On ``langgraph+sqlite``, ``langgraph+memory`` and ``langgraph+postgres`` (a throwaway server),
 then the 864-run sweep on ``langgraph+sqlite``. Writes ``.bench/langgraph.json``::
 
-    python adapters/langgraph/bench/bench_langgraph.py [--steps 200] [--rounds 5] [--no-sweep]
+    python adapters/langgraph/bench/bench_langgraph.py [--steps 200] [--rounds 9] [--no-sweep]
 """
 
 from __future__ import annotations
@@ -315,7 +316,7 @@ async def _main(n: int, rounds: int, out: Path | None, do_sweep: bool,
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python adapters/langgraph/bench/bench_langgraph.py")
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--no-postgres", action="store_true")
