@@ -42,14 +42,14 @@ from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
 from outlive.sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
 
-from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer
+from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer, TaskWrites
 from ._config import parse_url
 from ._context import (
     INSIDE_TASK,
     PENDING_TASK_WRITE,
     Durability,
     TaskWrite,
-    running_task_write,
+    running_task_id,
 )
 from ._errors import database_error
 
@@ -109,19 +109,23 @@ class LangGraphBackend(Backend):
             body: Any = task(name="outlive_step_body")(run_body)  # type: ignore[arg-type]
 
             @entrypoint(checkpointer=self.checkpointer)
-            async def outlive_step(call: dict[str, str]) -> Any:
-                return await body(call["key"])
+            async def outlive_step(call: dict[str, str]) -> None:
+                # The result reaches ``run_step`` from the body, not as the program's return:
+                # a step refused at its journal entry leaves no result on the thread.
+                await body(call["key"])
 
             self._program = outlive_step
         return self._program
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
-                                     value: Any) -> tuple[Outcome, bool]:
+                                     value: Any, *, announce: bool = True) -> tuple[Outcome, bool]:
         """Apply ``command`` and, in the same transaction, LangGraph's row for the task at
         ``slot`` returning ``value``; ``(outcome, whether that row was written)``.
 
-        The row is written only when the command writes (a no-op writes nothing). This default
-        (a store with no shared transaction) writes the command alone.
+        The row is written only when the command writes (a no-op writes nothing). ``announce``:
+        tell the saver, so that LangGraph's own later ``put_writes`` of it is answered as done
+        (False when this *is* that ``put_writes``). This default (a store with no shared
+        transaction) writes the command alone.
         """
         return await self.execute(work_id, command), False
 
@@ -130,10 +134,11 @@ class LangGraphBackend(Backend):
         """Run a step and journal it in one transaction with LangGraph's write of its task.
 
         Without this, a step costs two commits: the journal entry, then LangGraph's own save of
-        the task result (in the background, even under ``durability="sync"``). Here the task's
-        row is written with the journal entry and the saver answers LangGraph's later
-        ``put_writes`` of that very result as already committed. Inside an ``outlive_task`` the
-        row is the task's envelope; in ``run_step``'s one-task program, the body's result.
+        the task result (in the background, even under ``durability="sync"``). Inside an
+        ``outlive_task`` the task's row (its envelope) is written with the journal entry before
+        the task returns, and the saver answers LangGraph's later ``put_writes`` of that very
+        object as already committed. In ``run_step``'s one-task program LangGraph's
+        ``put_writes`` of the body's result writes the journal entry with it.
         """
         if INSIDE_TASK.get():
             pending = PENDING_TASK_WRITE.get()
@@ -151,20 +156,57 @@ class LangGraphBackend(Backend):
             if wrote:
                 pending.value.append(value)
             return result, outcome
-        if not self.merges_task_writes:
+        saver = self.checkpointer
+        if not self.merges_task_writes or not isinstance(saver, TaskWrites):
             return await super().run_and_record(call, fn, record)
+        # The one-task program: the body hands its result to LangGraph at once, and the step's
+        # journal entry is committed by LangGraph's own write of that result (``put_writes``,
+        # which the saver hands to ``on_write``), with LangGraph's row, at the place LangGraph
+        # gives. LangGraph's work after the task overlaps that commit, as it does for a raw
+        # task; ``ainvoke`` returns only once the write is done (else the entry is written
+        # below), so ``Worker.step`` still returns after the commit. The program is outlive's
+        # own and only ever ``ainvoke``d: nobody is streamed the result before its commit.
+        results: list[Any] = []
         outcomes: list[Outcome] = []
+        failed: list[BaseException] = []
+        task_ids: list[str] = []
 
-        async def body_and_record() -> Any:
-            slot = running_task_write()
-            result = await fn()
-            outcome, _ = await self.record_with_task_write(call.work_id, record(result), slot,
-                                                           result)
+        async def on_write(slot: TaskWrite, value: Any) -> bool:
+            if not results or value is not results[0]:
+                return False
+            try:
+                outcome, wrote = await self.record_with_task_write(
+                    call.work_id, record(value), slot, value, announce=False)
+            except BaseException as exc:
+                failed.append(exc)
+                raise
             outcomes.append(outcome)
+            return wrote
+
+        async def body() -> Any:
+            task_id = running_task_id()
+            result = await fn()
+            results.append(result)
+            if task_id is not None:
+                task_ids.append(task_id)
+                saver.on_write[task_id] = on_write
             return result
 
-        result = await self.run_step(call, body_and_record)
-        return result, outcomes[0]
+        try:
+            result = await self.run_step(call, body)
+        except BaseException:
+            if failed:   # the refusal of the journal entry, not what LangGraph made of it
+                raise failed[0] from None
+            raise
+        finally:
+            for task_id in task_ids:
+                saver.on_write.pop(task_id, None)
+        if failed:
+            raise failed[0]
+        if outcomes:
+            return result, outcomes[0]
+        # LangGraph wrote no such row (another shape of write, or none before returning).
+        return result, await self.execute(call.work_id, record(result))
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run the body once as a ``@task`` in an entrypoint invocation on the attempt's thread.
@@ -176,14 +218,22 @@ class LangGraphBackend(Backend):
         if INSIDE_TASK.get():
             return await fn()
         key = uuid.uuid4().hex
-        self._bodies[key] = fn
+        out: list[Any] = []
+
+        async def keep() -> Any:
+            result = await fn()
+            out.append(result)
+            return result
+
+        self._bodies[key] = keep
         # No owner keys: this one-task program's thread belongs to one attempt, so nothing can
         # fork it, and its writes are not the user's. The fenced write is the journal entry.
         config: RunnableConfig = {
             "configurable": {"thread_id": step_thread_id(call.work_id, call.attempt)}}
         try:
-            return await self._step_program().ainvoke(
+            await self._step_program().ainvoke(
                 {"step": call.step, "key": key}, config, durability=self.durability)
+            return out[0]
         except Exception as exc:
             mapped = database_error(exc, self.url)
             if mapped is None:
@@ -300,7 +350,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         return out
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
-                                     value: Any) -> tuple[Outcome, bool]:
+                                     value: Any, *, announce: bool = True) -> tuple[Outcome, bool]:
         """The core store's write transaction, with LangGraph's row added before its COMMIT."""
         if slot is None:
             return await self.execute(work_id, command), False
@@ -325,7 +375,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
                 ledger.before_commit = before
 
         out: Outcome = await self._in_thread(run)
-        if wrote:
+        if wrote and announce:
             saver.wrote(slot, value)
         return out, bool(wrote)
 

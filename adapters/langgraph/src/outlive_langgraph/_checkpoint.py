@@ -73,8 +73,12 @@ class TaskWrites:
 
     def __init__(self) -> None:
         self.prewritten: dict[str, tuple[TaskWrite, Any]] = {}
-        #: LangGraph ``put_writes`` calls answered as already committed (benchmarks, tests).
+        #: LangGraph ``put_writes`` calls whose row shared the journal entry's transaction
+        #: (answered as already committed, or written with it; benchmarks, tests).
         self.merged = 0
+        #: Task id -> what writes that task's result row together with a journal entry when
+        #: LangGraph saves it (``run_step``'s program); answers whether it wrote the row.
+        self.on_write: dict[str, Callable[[TaskWrite, Any], Awaitable[bool]]] = {}
 
     #: Entries kept for LangGraph calls that never come (an invocation cancelled after the task
     #: returned, ``durability="exit"``); the oldest go first.
@@ -84,6 +88,23 @@ class TaskWrites:
         self.prewritten[slot.task_id] = (slot, value)
         while len(self.prewritten) > self.KEEP:
             del self.prewritten[next(iter(self.prewritten))]
+
+    async def journal_on_write(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                               task_id: str, task_path: str) -> bool:
+        """LangGraph saves a task's result that a step's journal entry waits for: write both in
+        one transaction, at the place LangGraph gives; False: write LangGraph's rows as usual."""
+        hook = self.on_write.pop(task_id, None)
+        if hook is None or len(writes) != 1 or writes[0][0] != _RETURN:
+            return False
+        conf = config.get("configurable") or {}
+        slot = TaskWrite(thread_id=str(conf.get("thread_id")),
+                         checkpoint_ns=str(conf.get("checkpoint_ns", "")),
+                         checkpoint_id=str(conf.get("checkpoint_id")), task_id=task_id,
+                         task_path=task_path)
+        wrote = await hook(slot, writes[0][1])
+        if wrote:
+            self.merged += 1
+        return wrote
 
     def claim(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
               task_path: str) -> tuple[bool, TaskWrite | None]:
@@ -268,6 +289,8 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
+        if self.on_write and await self.journal_on_write(config, writes, task_id, task_path):
+            return  # written with the step's journal entry, in its transaction
         done, stray = self.claim(config, writes, task_id, task_path)
         if done:
             return  # committed with the step's journal entry, in its transaction

@@ -63,6 +63,15 @@ class TaskWrite:
             (self.thread_id, self.checkpoint_ns, self.checkpoint_id, self.task_path)
 
 
+def running_task_id() -> str | None:
+    """LangGraph's id of the running task (None outside one)."""
+    try:
+        task_id = (get_config().get("configurable") or {}).get(CONFIG_KEY_TASK_ID)
+    except RuntimeError:
+        return None
+    return task_id if isinstance(task_id, str) else None
+
+
 def running_task_write() -> TaskWrite | None:
     """The running task's :class:`TaskWrite`, or None when it cannot be told for sure.
 

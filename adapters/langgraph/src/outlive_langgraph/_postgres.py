@@ -195,6 +195,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
+        if self.on_write and await self.journal_on_write(config, writes, task_id, task_path):
+            return  # written with the step's journal entry, in its statement
         done, stray = self.claim(config, writes, task_id, task_path)
         if done:
             return  # committed with the step's journal entry, in its transaction
@@ -384,7 +386,7 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
             raise
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
-                                     value: Any) -> tuple[Outcome, bool]:
+                                     value: Any, *, announce: bool = True) -> tuple[Outcome, bool]:
         """The ledger's write and LangGraph's row for the task in one transaction."""
         if slot is None or self._saver is None:
             return await self.ledger.execute(work_id, command), False
@@ -396,7 +398,7 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
             out = await self.ledger.execute(work_id, command)
         finally:
             _ALSO.reset(token)
-        if wrote:
+        if wrote and announce:
             saver.wrote(slot, value)
         return out, bool(wrote)
 
