@@ -169,8 +169,9 @@ class OutliveTask(Generic[P, T]):
             worker = current_worker()
             # The envelope this task returns is LangGraph's write of it: the backend commits it
             # with the step's journal entry (one transaction) when it can tell where it goes.
-            pending = PendingTaskWrite(step=step, slot=running_task_write(), make=_envelope,
-                                       value=[])
+            merges = getattr(worker.backend, "merges_task_writes", False)
+            pending = PendingTaskWrite(step=step, slot=running_task_write() if merges else None,
+                                       make=_envelope, value=[])
             token = PENDING_TASK_WRITE.set(pending)
             try:
                 result = await _inline(worker, step, fn, wrap(inputs))
