@@ -5,8 +5,6 @@
 ENGINE_TARGETS += engine-langgraph
 BENCH_TARGETS += bench-langgraph
 
-LANGGRAPH_DIR := .engines/langgraph
-
 .PHONY: engine-langgraph sweep-langgraph sweep-langgraph-pg bench-langgraph
 
 engine-langgraph: install
@@ -14,10 +12,11 @@ engine-langgraph: install
 	  || { echo "installing PostgreSQL (Debian package) for langgraph+postgres"; \
 	       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
+# each run gets its own database in a fresh temporary directory (two checkouts sharing .engines
+# would otherwise write one file), removed afterwards whatever the sweep's exit status
 sweep-langgraph: install
-	mkdir -p $(LANGGRAPH_DIR)
-	rm -f $(LANGGRAPH_DIR)/sweep.db $(LANGGRAPH_DIR)/sweep.db-wal $(LANGGRAPH_DIR)/sweep.db-shm
-	$(VENV)/bin/outlive sweep --quiet --backend langgraph+sqlite:///$(LANGGRAPH_DIR)/sweep.db
+	@d=$$(mktemp -d) && echo "sweep database: $$d/sweep.db" && \
+	  { $(VENV)/bin/outlive sweep --quiet --backend langgraph+sqlite:///$$d/sweep.db; rc=$$?; rm -rf "$$d"; exit $$rc; }
 
 sweep-langgraph-pg: engine-langgraph
 	$(PY) -m outlive_langgraph.pgserver -- $(VENV)/bin/outlive sweep --quiet --backend {url}
