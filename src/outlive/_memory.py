@@ -26,8 +26,6 @@ class MemoryBackend(Backend):
         super().__init__(url)
         url_options(url, ())
         self._cached: dict[str, CachedWork] = {}
-        #: Each work without its journal (``peek``): what an owner check reads.
-        self._works: dict[str, WorkState] = {}
         self._lock = asyncio.Lock()
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
@@ -41,13 +39,13 @@ class MemoryBackend(Backend):
                 moved = advance(work, view, new)
                 assert moved is not None, "the ledger only appends to the journal"
                 self._cached[work_id] = moved
-                self._works[work_id] = moved.state
             return outcome
 
     def peek(self, work_id: str) -> WorkState | None:
         """The work without its journal, not copied: for checks that read only the attempts and
         the epoch (an owner check); never change it."""
-        return self._works.get(work_id)
+        work = self._cached.get(work_id)
+        return work.state if work is not None else None
 
     async def load(self, work_id: str) -> WorkState | None:
         """A copy: nothing a caller does to it reaches the stored state."""
@@ -56,4 +54,4 @@ class MemoryBackend(Backend):
         return clone(work.whole()) if work is not None else None
 
     async def works(self) -> list[str]:
-        return sorted(self._works)
+        return sorted(self._cached)
