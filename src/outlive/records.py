@@ -6,6 +6,7 @@ particular are append-only: a later acceptance supersedes an earlier one, none i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "EffectState",
     "InputVersion",
     "JournalEntry",
+    "JournalIndex",
     "Part",
     "Policy",
     "Receipt",
@@ -268,3 +270,30 @@ class WorkState:
     @property
     def latest_acceptance(self) -> Acceptance | None:
         return self.acceptances[-1] if self.acceptances else None
+
+
+class JournalIndex:
+    """:meth:`WorkState.lookup` as a dict look-up instead of a scan of the journal, for code that
+    restores many steps from one journal (a worker, a Temporal run after continue-as-new).
+
+    Fed as the journal grows (it only grows, so the entry fed last for a key is the latest).
+    """
+
+    __slots__ = ("_by_key", "_by_name", "fed")
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, str | None], JournalEntry] = {}
+        self._by_name: dict[str, JournalEntry] = {}
+        #: How many entries of the journal are indexed.
+        self.fed = 0
+
+    def feed(self, journal: Sequence[JournalEntry]) -> None:
+        """Index the entries of ``journal`` past the ``fed`` ones."""
+        for e in journal[self.fed:]:
+            self._by_key[e.step, e.input_key] = e
+            self._by_name[e.step] = e
+        self.fed = len(journal)
+
+    def lookup(self, step: str, key: str | None, pins: bool) -> JournalEntry | None:
+        """The latest entry for ``step`` with ``key``, by name alone without ``pins``."""
+        return self._by_key.get((step, key)) if pins else self._by_name.get(step)

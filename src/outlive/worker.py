@@ -27,7 +27,17 @@ from .errors import (
     VersionMismatch,
 )
 from .hashing import content_hash, input_key
-from .records import Attempt, Candidate, Effect, EffectState, JournalEntry, Part, Receipt, WorkState
+from .records import (
+    Attempt,
+    Candidate,
+    Effect,
+    EffectState,
+    JournalEntry,
+    JournalIndex,
+    Part,
+    Receipt,
+    WorkState,
+)
 
 __all__ = ["KEEP", "External", "Persist", "Sender", "StepRecord", "Worker"]
 
@@ -123,7 +133,7 @@ class Worker:
         self._pending: list[L.StepWrite] = []
         self._state: WorkState | None = None
         #: The loaded journal indexed as ``WorkState.lookup`` searches it (built on first use).
-        self._found: dict[tuple[str, str | None], JournalEntry] | None = None
+        self._found: JournalIndex | None = None
         self._found_of: WorkState | None = None
         #: Set when a heartbeat learned that this attempt was replaced.
         self.replaced = False
@@ -182,13 +192,10 @@ class Worker:
         """``WorkState.lookup`` on the loaded state, by an index built once per state, so a step
         costs the same whatever the journal's length (the search walks the whole journal)."""
         st = self._st()
-        pins = st.policy.pins
         if self._found is None or self._found_of is not st:
-            found: dict[tuple[str, str | None], JournalEntry] = {}
-            for e in st.journal:   # in order: the latest entry of each (step, key) wins
-                found[(e.step, e.input_key if pins else None)] = e
-            self._found, self._found_of = found, st
-        return self._found.get((step, key if pins else None))
+            self._found, self._found_of = JournalIndex(), st
+            self._found.feed(st.journal)
+        return self._found.lookup(step, key, st.policy.pins)
 
     async def _call(self, cmd: L.Command) -> L.Outcome:
         return await _observe.execute(self.backend, self.work_id, cmd)

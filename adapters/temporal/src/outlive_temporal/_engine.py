@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         Contract,
         InputVersion,
         JournalEntry,
+        JournalIndex,
         Part,
         Policy,
         Receipt,
@@ -349,12 +350,9 @@ class _WorkLedger:
         self.restores_in_task = 0
         self.current: Attempt | None = None
         self.has_store = bool(owner.__dict__.get("_outlive_store", False))
-        #: (step, input key) -> the latest journal entry, and step -> the latest by name alone
-        #: (restore without pins): a restore is a dict look-up, not a scan of the journal (a run
-        #: after continue-as-new restores every earlier step in its first workflow task).
-        self._by_key: dict[tuple[str, str | None], JournalEntry] = {}
-        self._by_name: dict[str, JournalEntry] = {}
-        self._indexed = 0
+        #: A restore is a dict look-up, not a scan of the journal (a run after continue-as-new
+        #: restores every earlier step in its first workflow task).
+        self._index = JournalIndex()
         if carry is not None:
             st = codec.loads(carry.state)
             if not isinstance(st, WorkState):
@@ -369,7 +367,7 @@ class _WorkLedger:
                 self.blobs = {_digest(text): text for text in carry.blobs}
             self.bytes = carry.bytes if carry.bytes is not None else (
                 len(carry.state) + sum(len(self.text(v)) for v in self.contents.values()))
-            self._index()
+            self._index.feed(st.journal)
 
     # -- the ledger, applied in workflow code --------------------------------------------------
     def now(self) -> int:
@@ -391,23 +389,12 @@ class _WorkLedger:
                                   now=self.now())
         self.opened = True
         self.bytes += grow
-        self._index()
+        self._index.feed(self.state.journal)
         return out
 
-    def _index(self) -> None:
-        """Index the journal entries written since the last call (the journal only grows)."""
-        journal = self.state.journal
-        for entry in journal[self._indexed:]:
-            self._by_key[entry.step, entry.input_key] = entry
-            self._by_name[entry.step] = entry
-        self._indexed = len(journal)
-
     def lookup(self, step: str, key: str | None) -> JournalEntry | None:
-        """``WorkState.lookup`` from the index: the latest entry for ``step`` with ``key`` (by
-        name alone without pins)."""
-        if not self.state.policy.pins:
-            return self._by_name.get(step)
-        return self._by_key.get((step, key))
+        """``WorkState.lookup`` from the index."""
+        return self._index.lookup(step, key, self.state.policy.pins)
 
     def text(self, value: Any) -> str:
         """A value as the workflow's payload converter writes it (JSON text for the default)."""
