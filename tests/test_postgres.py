@@ -18,9 +18,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from storage_work import one_step_work
 
 import outlive
-from outlive import Controller, Part, Worker
+from outlive import Controller, Part
 from outlive import ledger as L
 from outlive._pgserver import PostgresServer
 from outlive_conformance.contract import BackendContractSuite, DurableBackendContract
@@ -193,13 +194,7 @@ async def test_a_heartbeat_writes_the_same_wal_bytes_whatever_the_candidates(
         b = await outlive.open_backend(url)
         admin = await psycopg.AsyncConnection.connect(url, autocommit=True)
         try:
-            ctl = Controller(b, clock=lambda: 0)
-            await ctl.open_work("w")
-            await ctl.publish("w", "v1", {"s1": "x"})
-            att = await ctl.admit("w")
-            w = Worker(b, att, {"s1": "x"}, clock=lambda: 1)
-            await w.start()
-            await w.step("s1", lambda s1: {"r": s1}, s1="x")
+            att, _ = await one_step_work(b)
             st = await b.load("w")
             assert st is not None
             e = st.journal[0]
@@ -258,12 +253,7 @@ async def test_a_loaded_state_cannot_reach_the_stores_cache(pg_server: PostgresS
     what the next command is applied to (the store keeps the work cached between commands)."""
     b = await outlive.open_backend(_db(pg_server, "copy"))
     try:
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("w")
-        await ctl.publish("w", "v1", {"s1": "x"})
-        w = Worker(b, await ctl.admit("w"), {"s1": "x"}, clock=lambda: 1)
-        await w.start()
-        await w.step("s1", lambda s1: {"r": s1}, s1="x")
+        _, w = await one_step_work(b)
         st = await b.load("w")
         assert st is not None
         st.journal[0].result["r"] = "edited"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from storage_work import one_step_work
 
 import outlive
 from outlive import Controller, Policy, Worker, codec
@@ -334,13 +335,7 @@ async def _wal_bytes_of_a_heartbeat(path: Path, candidates: int, size: int) -> t
 
     b = await outlive.open_backend(f"sqlite:///{path}")
     try:
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("w")
-        await ctl.publish("w", "v1", {"s1": "x"})
-        att = await ctl.admit("w")
-        w = Worker(b, att, {"s1": "x"}, clock=lambda: 1)
-        await w.start()
-        await w.step("s1", lambda s1: {"r": s1}, s1="x")
+        att, _ = await one_step_work(b)
         st = await b.load("w")
         assert st is not None
         entry = st.journal[0]
@@ -384,13 +379,7 @@ async def test_disk_full_is_backend_unavailable_and_says_nothing_landed(tmp_path
 
     b = await outlive.open_backend(f"sqlite:///{tmp_path / 'o.db'}")
     try:
-        ctl = Controller(b, clock=lambda: 0)
-        await ctl.open_work("w")
-        await ctl.publish("w", "v1", {"s1": "x"})
-        att = await ctl.admit("w")
-        w = Worker(b, att, {"s1": "x"}, clock=lambda: 1)
-        await w.start()
-        await w.step("s1", lambda s1: {"r": s1}, s1="x")
+        att, _ = await one_step_work(b)
         before = await b.load("w")
         assert before is not None
         entry = before.journal[0]
@@ -430,12 +419,7 @@ async def test_a_file_that_keeps_attempts_in_rows_of_their_own_is_read_and_carri
     write has moved the attempts into the head the old rows are ignored."""
     db = tmp_path / "old.db"
     b = await outlive.open_backend(f"sqlite:///{db}")
-    ctl = Controller(b, clock=lambda: 0)
-    await ctl.open_work("w")
-    await ctl.publish("w", "v1", {"s1": "x"})
-    w = Worker(b, await ctl.admit("w"), {"s1": "x"}, clock=lambda: 1)
-    await w.start()
-    await w.step("s1", lambda s1: {"r": s1}, s1="x")
+    _, w = await one_step_work(b)
     want = await b.load("w")
     await b.close()
     assert want is not None and len(want.attempts) == 1
