@@ -159,9 +159,15 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
     if not _tracing():
         yield None
         return
-    tracer = _otel.get_tracer("outlive")
+    with _recording_span(name, attributes) as current:
+        yield current
+
+
+@contextlib.contextmanager
+def _recording_span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
+    """:func:`span` once it is known that spans record."""
     attrs = {f"outlive.{k}": v for k, v in attributes.items() if v is not None}
-    with tracer.start_as_current_span(name, attributes=attrs) as current:
+    with _otel.get_tracer("outlive").start_as_current_span(name, attributes=attrs) as current:
         yield current
 
 
@@ -183,9 +189,9 @@ def traced(name: str, before: Callable[..., Mapping[str, Any]],
         async def inner(self: Any, *args: Any, **kwargs: Any) -> Any:
             if not _tracing():
                 return await method(self, *args, **kwargs)
-            with span(name, **_attributes(before, self, *args, **kwargs)) as current:
+            with _recording_span(name, _attributes(before, self, *args, **kwargs)) as current:
                 result = await method(self, *args, **kwargs)
-                if current is not None and after is not None:
+                if after is not None:
                     for key, value in _attributes(after, self, result, *args, **kwargs).items():
                         if value is not None:
                             current.set_attribute(f"outlive.{key}", value)
