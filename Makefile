@@ -11,7 +11,7 @@ PKGS := -e ".[dev,otel,postgres]" -e conformance -e "adapters/temporal[devserver
 	-e adapters/restate -e "adapters/langgraph[postgres]" -e examples/jsonfile_backend
 CONSTRAINTS := -c constraints.txt --build-constraint constraints.txt
 
-.PHONY: install demo test lint typecheck bench sweep crashpoints engines clean dist constraints
+.PHONY: install demo test lint typecheck bench bench-core-cpu sweep crashpoints engines clean dist constraints
 
 install: $(STAMP)
 
@@ -74,6 +74,11 @@ bench: engines
 	$(PY) -m outlive_conformance.bench
 	$(PY) bench/supervision.py --out .bench/supervision.json
 	$(MAKE) --no-print-directory $(BENCH_TARGETS)
+
+# The core's CPU per command (µs per Worker.step on memory://, per ledger.apply): not in `bench`,
+# a quick before/after for changes to the ledger, the worker and their checks and copies.
+bench-core-cpu: install
+	$(PY) bench/core_cpu.py
 
 sweep: install
 	$(VENV)/bin/outlive sweep --backend memory://

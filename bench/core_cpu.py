@@ -1,0 +1,136 @@
+"""The core's CPU per command, in microseconds: what every backend pays in Python per step.
+
+    .venv/bin/python bench/core_cpu.py [--blocks 10] [--size 200]
+
+Prints, for each measure, the min and median over ``--blocks`` blocks of ``--size`` calls of
+the process CPU time (``time.process_time``) per call:
+
+- ``worker.step memory://``: ``Worker.step`` of a new step reading one part of the pinned
+  version, trivial body, small dict result, persisted per step (the whole core path: keying,
+  checks, copies, the ledger, memory://'s view, the observe hooks).
+- ``ledger.apply RecordSteps``: ``apply`` of one step write to a work's state (no journal, as
+  a store's view gives it), the command checked and copied by ``apply`` itself.
+- ``checked+reads+apply``: the same through a store's path (``checked``, ``reads``, ``apply``).
+- ``worker._prepare``: the worker keying one step (input hashes, input key, result id).
+
+Not part of ``make test``: ``make bench-core-cpu`` runs it. Compare runs side by side on the
+same machine at a similar load (``uptime``); the machine's other work shows in the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from outlive import Controller, Worker, open_backend
+from outlive import ledger as L
+from outlive.records import WorkState
+
+
+def _blocks(run_block: Callable[[int], None], blocks: int, size: int) -> list[float]:
+    """CPU µs per call of each block; the first block warms caches and is dropped."""
+    out = []
+    for b in range(blocks + 1):
+        gc.collect()
+        t0 = time.process_time()
+        run_block(b)
+        out.append((time.process_time() - t0) / size * 1e6)
+    return out[1:]
+
+
+def _show(name: str, per_call: list[float]) -> None:
+    print(f"{name:28s} min {min(per_call):7.1f}  median {statistics.median(per_call):7.1f} µs/call")
+
+
+async def _worker_bench(blocks: int, size: int) -> tuple[list[float], Worker, WorkState]:
+    backend = await open_backend("memory://")
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", {"s1": "x", "s2": "y"})
+    att = await ctl.admit("w")
+    worker = Worker(backend, att, {"s1": "x", "s2": "y"}, clock=lambda: 1)
+    await worker.start()
+    counter = iter(range(10 ** 9))
+
+    def body(s1: str) -> dict[str, str]:
+        return {"r": s1}
+
+    async def block() -> None:
+        for _ in range(size):
+            await worker.step(f"step-{next(counter)}", body, s1="x")
+
+    out = []
+    for _ in range(blocks + 1):           # the first block warms caches and is dropped
+        gc.collect()
+        t0 = time.process_time()
+        await block()
+        out.append((time.process_time() - t0) / size * 1e6)
+    state = await backend.load("w")
+    assert state is not None
+    return out[1:], worker, state
+
+
+def _apply_bench(state: WorkState, worker: Worker, blocks: int, size: int) -> tuple[list[float],
+                                                                                   list[float]]:
+    view = replace(state, journal=())   # what a store's view holds for a new step's write
+    att = worker.attempt
+
+    def commands(b: int) -> list[L.RecordSteps]:
+        out = []
+        for i in range(size):
+            p = worker._prepare(f"apply-{b}-{i}", lambda s1: s1, {"s1": "x"})
+            out.append(L.RecordSteps(attempt=att.number, token=att.token, entries=(p.write({"r": "x"}),),
+                                     at=1, secret=att.secret))
+        return out
+
+    plain_cmds = [commands(b) for b in range(blocks + 1)]
+    store_cmds = [commands(b) for b in range(blocks + 1)]
+
+    def plain(b: int) -> None:
+        for cmd in plain_cmds[b]:
+            L.apply(view, cmd, work_id="w", now=2)
+
+    def store(b: int) -> None:
+        for cmd in store_cmds[b]:
+            c = L.checked(cmd)
+            L.reads(view, c)
+            L.apply(view, c, work_id="w", now=2)
+
+    return _blocks(plain, blocks, size), _blocks(store, blocks, size)
+
+
+def _prepare_bench(worker: Worker, blocks: int, size: int) -> list[float]:
+    def run(b: int) -> None:
+        for i in range(size):
+            worker._prepare(f"prep-{b}-{i}", _identity, {"s1": "x"})
+
+    return _blocks(run, blocks, size)
+
+
+def _identity(s1: str) -> str:
+    return s1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--size", type=int, default=200)
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; "
+          f"{args.blocks} blocks of {args.size}")
+    steps, worker, state = asyncio.run(_worker_bench(args.blocks, args.size))
+    _show("worker.step memory://", steps)
+    plain, store = _apply_bench(state, worker, args.blocks, args.size)
+    _show("ledger.apply RecordSteps", plain)
+    _show("checked+reads+apply", store)
+    _show("worker._prepare", _prepare_bench(worker, args.blocks, args.size))
+
+
+if __name__ == "__main__":
+    main()
