@@ -69,3 +69,50 @@ def test_an_input_key_is_the_hash_of_its_inputs_whether_remembered_or_not() -> N
     for _ in range(hashing._KEYS_MAX + 10):                     # full: cleared, never unbounded
         input_key("s", {"x": content_hash(_)})
     assert len(hashing._KEYS) <= hashing._KEYS_MAX
+
+
+_AWKWARD = ["s", "", "é", "a\"b", "back\\slash", "tab\tnew\nline", "\x00\x1f\x7f", "\u2028\u2029",
+            "emoji \U0001f600", "中文", "</script>", "ü" * 70]
+
+
+@pytest.mark.parametrize("name", _AWKWARD)
+def test_input_keys_and_result_ids_are_the_hash_of_their_canonical_form(name: str) -> None:
+    """Input keys and result ids are written as canonical text directly: the same bytes as the
+    canonical encoder's, for any name (escapes, control characters, non-ASCII), in key order."""
+    from outlive import hashing, ledger
+
+    hashing._KEYS.clear()
+    sources = {name: content_hash(name), "b": content_hash(1), "A": content_hash(None),
+               "ä": content_hash("x"), "a" + name: content_hash([name])}
+    assert input_key(name, sources) == content_hash({"step": name, "sources": sources})
+    for attempt in (0, 1, 7, 2 ** 63 - 1, -(2 ** 63)):
+        assert ledger.result_id("w", name, name + "k", attempt) == \
+            content_hash({"step": name, "key": name + "k", "attempt": attempt})
+
+
+@pytest.mark.parametrize("bad", [("s\ud800", "k", 1), ("s", "k\udfff", 1), ("s", "k", 2 ** 63)])
+def test_a_result_id_of_values_that_are_not_canonical_is_refused(bad: tuple[str, str, int]) -> None:
+    from outlive import ledger
+
+    with pytest.raises(InvalidRecord):
+        ledger.result_id("w", *bad)
+
+
+@pytest.mark.parametrize("odd", [("s", "k", True), ("s", 5, 1), ("s", None, 1)])
+def test_a_result_id_of_other_json_values_is_still_their_hash(odd: tuple[object, ...]) -> None:
+    from outlive import ledger
+
+    step, key, attempt = odd
+    assert ledger.result_id("w", step, key, attempt) == content_hash(  # type: ignore[arg-type]
+        {"step": step, "key": key, "attempt": attempt})
+
+
+def test_an_input_key_of_a_lone_surrogate_is_refused() -> None:
+    from outlive import hashing
+
+    hashing._KEYS.clear()
+    with pytest.raises(InvalidRecord):
+        input_key("s\ud800", {"a": "b"})
+    with pytest.raises(InvalidRecord):
+        input_key("s", {"a\udc00": "b"})
+    assert not hashing._KEYS

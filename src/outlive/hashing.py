@@ -135,12 +135,45 @@ def input_key(step: str, sources: dict[str, str]) -> str:
             memo = (step, items)
             key = _KEYS.get(memo)
             if key is None:
-                key = content_hash({"step": step, "sources": sources})
+                # The canonical text of {"sources": sources, "step": step}, written directly.
+                key = _sha256_text('{"sources":{' + ",".join(
+                    f"{_STRING(k)}:{_STRING(v)}" for k, v in sorted(items)) + '},"step":'
+                    + _STRING(step) + "}")
+                if key is None:   # not valid Unicode: the general path says why
+                    return content_hash({"step": step, "sources": sources})
                 if len(_KEYS) >= _KEYS_MAX:
                     _KEYS.clear()
                 _KEYS[memo] = key
             return key
     return content_hash({"step": step, "sources": sources})   # the canonical form sorts keys
+
+
+#: How the canonical encoder writes a string (``ensure_ascii=False``): the same function.
+_STRING = json.encoder.encode_basestring
+
+
+def _sha256_text(text: str) -> str | None:
+    """SHA-256 of ``text``'s UTF-8 bytes, hex; None if it is not valid Unicode."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
+def _result_hash(step: str, key: str, attempt: int) -> str:
+    """``content_hash({"step": step, "key": key, "attempt": attempt})``: a result's id.
+
+    Written as its canonical text directly (every step derives one, and the general path checks
+    and encodes a dict for it); a value that is not a plain string or a 64-bit integer takes the
+    general path, which checks it.
+    """
+    if (type(step) is str and type(key) is str and type(attempt) is int
+            and -_INT_LIMIT <= attempt < _INT_LIMIT):
+        digest = _sha256_text(f'{{"attempt":{attempt},"key":{_STRING(key)},"step":{_STRING(step)}}}')
+        if digest is not None:
+            return digest
+    return content_hash({"step": step, "key": key, "attempt": attempt})
 
 
 def short(digest: str | None) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Union
 from . import errors as E
 from ._check import check_fields, check_id
 from ._clone import clone, evolve
-from .hashing import canonical, content_hash, input_key
+from .hashing import _result_hash, canonical, content_hash, input_key
 from .records import (
     Acceptance,
     Attempt,
@@ -285,7 +285,7 @@ def result_id(work_id: str, step: str, key: str, attempt: int) -> str:
     on every backend and under any namespace.
     """
     del work_id
-    return content_hash({"step": step, "key": key, "attempt": attempt})
+    return _result_hash(step, key, attempt)
 
 
 def candidate_digest(work_id: str, version: str | None, parts: tuple[Part, ...], content: Any) -> str:
