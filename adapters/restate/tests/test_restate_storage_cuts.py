@@ -13,14 +13,15 @@ other test of this adapter.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from outlive import Backend, Contract, Controller, Worker
+from outlive import Backend, Contract, Controller, External, Worker
 from outlive import ledger as L
-from outlive.errors import StaleOwner
+from outlive.errors import InvalidRecord, StaleOwner
 from outlive.records import Receipt, WorkState
 from outlive_restate._ledger import _apply, _view, _write, answer, read_all
 
@@ -200,3 +201,97 @@ async def test_a_write_answers_with_the_state_it_left() -> None:
                      lambda c, v: (True, "ok"))
     await wk.finish()
     assert b.checked >= 10
+
+
+class _Held(Backend):
+    """Applies commands as the ledger handler does, or (``hold``) in memory only, as an owner
+    holds its step writes back; ``cut()`` then writes them the way a flush does and loses
+    everything from the core on (an owner killed in the middle of its flush)."""
+
+    def __init__(self) -> None:
+        super().__init__("held://")
+        self.data: dict[str, bytes] = {}
+        self.held: tuple[Any, WorkState] | None = None   # (the stored view, the state in memory)
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        kv = _KV(work_id, self.data)
+        if self.held is None:
+            outcome = await _apply(kv, command)  # type: ignore[arg-type]
+            self.data = _run(self.data, kv.ops)
+            return outcome
+        new, outcome = L.apply(self.held[1], command, work_id=work_id)
+        self.held = (self.held[0], new)
+        return outcome
+
+    async def hold(self, work_id: str) -> None:
+        view = await read_all(_KV(work_id, self.data))  # type: ignore[arg-type]
+        assert view is not None
+        self.held = (view, view.state)
+
+    def cut(self, work_id: str) -> list[str]:
+        """The held writes, cut just before the core; the result ids of the lost entries."""
+        assert self.held is not None
+        view, new = self.held
+        kv = _KV(work_id, self.data)
+        _write(kv, view, new)  # type: ignore[arg-type]
+        core_at = max(i for i, op in enumerate(kv.ops) if op[1] == "core")
+        self.data = _run(self.data, kv.ops[:core_at])
+        self.held = None
+        return [e.result_id for e in new.journal[view.n:]]
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return await _full(work_id, self.data)
+
+
+async def test_a_cut_batch_is_overwritten_and_its_index_keys_are_not_believed() -> None:
+    """An owner killed mid-flush leaves a batch of two entries and their index keys, all past
+    the core's journal length. A successor's different step then lands at the same index: the
+    lost entries' index keys point into its batch, and a lookup by their result ids finds
+    nothing (the entry there has another id), before and after the journal grows past them."""
+    b = _Held()
+    ctl = Controller(b, clock=lambda: 1)
+    w = "cuts/held"
+    await ctl.open_work(w)
+    await ctl.publish(w, "v1", V1)
+    a1 = await ctl.admit(w)
+    wk = Worker(b, a1, V1, clock=lambda: 2)
+    await wk.start()
+    await wk.step("s1", lambda **kw: {"summary": "one"}, s1=V1["s1"])
+    await b.hold(w)
+    await wk.step("s2", lambda **kw: {"summary": "old two"}, s2=V1["s2"])
+    await wk.step("s3", lambda **kw: {"summary": "old three"}, s3=V1["s3"])
+    lost = b.cut(w)
+    assert len(lost) == 2 and "b/1" in b.data and all(f"r/{r}" in b.data for r in lost)
+    st = await b.load(w)
+    assert st is not None and [e.step for e in st.journal] == ["s1"]
+
+    await ctl.publish(w, "v2", V2)
+    await ctl.stop(w, 1)
+    a2 = await ctl.admit(w)
+    wk2 = Worker(b, a2, V2, clock=lambda: 3)
+    await wk2.start()
+    await wk2.step("s2", lambda **kw: {"summary": "new two"}, s2=V2["s2"])
+    kv = _KV(w, b.data)
+    view = await _view(kv, frozenset(lost))  # type: ignore[arg-type]
+    assert view is not None and [e.step for e in view.state.journal] == ["s2"]   # the last only
+    assert view.state.journal[0].result_id not in lost
+    await wk2.step("s4", lambda **kw: {"summary": "four"}, s4=External("x"))   # entry 2: past both lost
+    view = await _view(_KV(w, b.data), frozenset(lost))  # type: ignore[arg-type]
+    assert view is not None and [e.step for e in view.state.journal] == ["s4"]
+    st = await b.load(w)
+    assert st is not None and [(e.step, e.attempt) for e in st.journal] == [
+        ("s1", 1), ("s2", 2), ("s4", 2)]
+    assert not any(e.result_id in lost for e in st.journal)
+
+
+async def test_a_ledger_of_another_layout_is_refused_not_misread() -> None:
+    """A core without the layout's version (one key per journal entry, before batches) fails
+    with a message that says so, instead of reading its entries' keys as missing batches."""
+    b = _Held()
+    ctl = Controller(b, clock=lambda: 1)
+    await ctl.open_work("cuts/old")
+    core = json.loads(b.data["core"])
+    assert core.pop("v") == 2
+    b.data["core"] = json.dumps(core).encode()
+    with pytest.raises(InvalidRecord, match="layout"):
+        await _full("cuts/old", b.data)

@@ -49,33 +49,43 @@ _B = BytesSerde()
 #                   scalars, its attempts and the journal's last entry}     (rewritten each change)
 #   "c/<name>/<seq>" -> one collection (inputs, candidates, acceptances or effects) as written
 #                   by the change with that seq; a new key only when a command changes it
-#   "j/<i>"     -> journal entry i                                   (written once)
-#   "r/<rid>"   -> "i": where the entry with result id <rid> lives    (written once)
-# A command writes the small core, the collections it changed and its new journal entries, never
-# the whole history again (a step does not re-encode the published input versions, say); all of
-# them commit with the invocation's journal.
+#   "b/<k>"     -> the journal entries k, k+1, ... that one change appended (a batch; a step write
+#                   in the handler shape, every step of a flush in the owner shape; written once)
+#   "r/<rid>"   -> "i,k": the entry with result id <rid> is entry i, in batch "b/<k>" (written once)
+# A command writes the small core, the collections it changed, one batch of its new journal
+# entries and one index key per entry, never the whole history again (a step does not re-encode
+# the published input versions, say); all of them commit with the invocation's journal. A step
+# therefore costs one state write of its own (its index key) plus its share of a batch and a core.
 #
 # A command reads only what the pure ``ledger.apply`` looks at for it: the core, the non-empty
 # collections (the core says which), and the journal entries the ledger says it reads for that
-# command (``ledger.reads``: the result ids a step write or a candidate names), through "r/<rid>". So the
-# reads are a function of the stored core and the command alone. That
-# matters: each read is a journal entry Restate replays, and a replay that reads differently fails
-# with a journal mismatch (RT0016; reads that depended on an in-process cache once did exactly
-# that). ``apply`` then runs on a *view* of the state whose journal holds those entries and the
-# last one, in journal order: it dedupes against them, appends after them, and its
-# ``journal[-1]`` is the real last entry. An index that points at or past "n", or at another
-# entry, is an entry that never committed (a write cut short by a cancel, in the owner shape): it counts
-# as absent. The core is the commit point: every other key a command writes is one no committed
-# core reaches yet (an entry at or past "n", an index checked against it, a collection under a
-# seq no core names), so a write cut short anywhere leaves the state as it was plus unreachable
-# keys, which the next committed write overwrites. A replaced collection's old key is cleared
-# after the core moved on. Decoded values are cached in-process to save decoding only: a cached
-# value is used when the bytes Restate hands us are the ones it was decoded from.
+# command (``ledger.reads``: the result ids a step write or a candidate names), through "r/<rid>"
+# and the batch it names. So the reads are a function of the stored core and the command alone.
+# That matters: each read is a journal entry Restate replays, and a replay that reads differently
+# fails with a journal mismatch (RT0016; reads that depended on an in-process cache once did
+# exactly that). ``apply`` then runs on a *view* of the state whose journal holds those entries
+# and the last one, in journal order: it dedupes against them, appends after them, and its
+# ``journal[-1]`` is the real last entry.
+#
+# The core is the commit point: every other key a command writes is one no committed core
+# reaches yet (a batch at or past "n", an index key checked against it, a collection under a seq
+# no core names), so a write cut short anywhere leaves the state as it was plus unreachable keys.
+# Every batch starts at the stored "n" of its time and "n" only grows, so a cut batch sits where
+# the next committed change that appends entries writes its own batch, overwriting it: below "n",
+# "b/<k>" is always a committed batch starting at entry k. An index key is believed only when
+# its batch, read there, holds an entry with that result id at that index (a cut write's index
+# key may point at an index a later change filled with another entry). A replaced collection's
+# old key is cleared after the core moved on. Decoded values are cached in-process to save
+# decoding only: a cached value is used when the bytes Restate hands us are the ones it was
+# decoded from. The core carries the layout's version ("v"): a core without it was written with
+# one key per journal entry (before 2026-12) and is refused, not misread.
 _CORE = "core"
 #: Kept apart from the core. Attempts stay in the core: a write by an attempt touches its
 #: attempt record (sign of life) and the core is written anyway.
 _COLLECTIONS = ("inputs", "candidates", "acceptances", "effects")
 _DECODED: dict[tuple[str, str], tuple[bytes, Any]] = {}
+#: The layout's version, in every core ("v").
+_LAYOUT = 2
 _CACHE_MAX = 8192
 
 
@@ -108,11 +118,15 @@ def _core(key: str, core: bytes) -> tuple[int, dict[str, tuple[int, int]], WorkS
         return got
     try:
         head = json.loads(core)
+        layout = head.get("v", 1)
         n = int(head["n"])
         stamps = {str(k): (int(v[0]), int(v[1])) for k, v in dict(head.get("k", {})).items()}
         base = codec.decode(head["s"])
     except (ValueError, KeyError, TypeError, AttributeError, OutliveError) as exc:
         raise _corrupt(key, exc) from exc
+    if layout != _LAYOUT:
+        raise _corrupt(key, f"its core is of layout {layout!r}; this outlive reads layout "
+                            f"{_LAYOUT} (a batch key per change, not a key per journal entry)")
     if not isinstance(base, WorkState) or base.work_id != key or n < len(base.journal) or \
             any(k not in _COLLECTIONS for k in stamps):
         raise _corrupt(key, "bad core record")
@@ -143,17 +157,27 @@ async def _collection(ctx: restate.ObjectSharedContext | restate.ObjectContext, 
     return value
 
 
-async def _entry(ctx: restate.ObjectSharedContext | restate.ObjectContext, i: int) -> JournalEntry:
-    raw = await ctx.get(f"j/{i}", serde=_B)
+async def _batch(ctx: restate.ObjectSharedContext | restate.ObjectContext, k: int,
+                 n: int) -> tuple[JournalEntry, ...]:
+    """The committed batch that starts at entry ``k`` (``k < n``, the stored journal length)."""
+    key = ctx.key()
+    raw = await ctx.get(f"b/{k}", serde=_B)
     if raw is None:
-        raise InvalidRecord(f"journal entry {i} of {ctx.key()!r} is missing", work_id=ctx.key())
+        raise InvalidRecord(f"journal entry {k} of {key!r} is missing", work_id=key)
+    name = f"b/{k}"
+    hit = _DECODED.get((key, name))
+    if hit is not None and hit[0] == raw:
+        got: tuple[JournalEntry, ...] = hit[1]
+        return got
     try:
-        e = codec.loads(raw)
+        batch = codec.loads(raw)
     except OutliveError as exc:  # codec raises InvalidRecord for bad JSON and bad records
-        raise _corrupt(ctx.key(), exc) from exc
-    if not isinstance(e, JournalEntry):
-        raise _corrupt(ctx.key(), f"entry {i} is a {type(e).__name__}")
-    return e
+        raise _corrupt(key, exc) from exc
+    if not isinstance(batch, tuple) or not batch or k + len(batch) > n or \
+            not all(isinstance(e, JournalEntry) for e in batch):
+        raise _corrupt(key, f"batch {k} is not a run of committed journal entries")
+    _remember((key, name), raw, batch)
+    return batch
 
 
 async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
@@ -168,22 +192,31 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
             for name in _COLLECTIONS if name in stamps}
     if cols:
         base = replace(base, **cols)  # type: ignore[arg-type]
+    last = base.journal[-1] if base.journal else None
     found: dict[int, JournalEntry] = {}
     for rid in sorted(rids):  # sorted: the same reads in the same order on every replay
         raw = await ctx.get(f"r/{rid}", serde=_B)
         if raw is None:
             continue
         try:
-            i = int(raw)
+            i, k = (int(x) for x in raw.split(b","))
         except ValueError as exc:
             raise _corrupt(key, exc) from exc
-        if not 0 <= i < n or i in found:
-            continue
-        e = base.journal[-1] if i == n - 1 and base.journal else await _entry(ctx, i)
-        if e.result_id == rid:
+        if not 0 <= k <= i < n or i in found:
+            continue    # never committed
+        if i == n - 1 and last is not None:
+            e = last
+        else:
+            batch = await _batch(ctx, k, n)
+            if i - k >= len(batch):
+                continue
+            e = batch[i - k]
+        if e.result_id == rid:   # else a cut write's index, the entry since filled by another
             found[i] = e
     if n:
-        found[n - 1] = base.journal[-1] if base.journal else await _entry(ctx, n - 1)
+        if last is None:
+            raise _corrupt(key, "the core holds no last entry")
+        found[n - 1] = last
     return _View(n, replace(base, journal=tuple(found[i] for i in sorted(found))), stamps)
 
 
@@ -192,7 +225,11 @@ async def read_all(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> 
     view = await _view(ctx)
     if view is None:
         return None
-    entries = [await _entry(ctx, i) for i in range(view.n)]
+    entries: list[JournalEntry] = []
+    while len(entries) < view.n:
+        entries += await _batch(ctx, len(entries), view.n)
+    if entries and entries[-1] != view.state.journal[-1]:
+        raise _corrupt(ctx.key(), "the last batch does not end with the core's last entry")
     return replace(view, state=replace(view.state, journal=tuple(entries)))
 
 
@@ -222,8 +259,11 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
     for k, e in enumerate(added):
         last = codec.encode(e)
         entries.append(_json(last))
-        ctx.set(f"j/{n + k}", entries[-1], serde=_B)
-        ctx.set(f"r/{e.result_id}", str(n + k).encode(), serde=_B)
+        ctx.set(f"r/{e.result_id}", b"%d,%d" % (n + k, n), serde=_B)
+    if added:
+        batch = b'{"@l":[' + b",".join(entries) + b"]}"
+        ctx.set(f"b/{n}", batch, serde=_B)
+        _remember((key, f"b/{n}"), batch, tuple(added))
     n += len(added)
     before = view.stamps if view is not None else {}
     stamps = dict(before)
@@ -243,7 +283,7 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
     enc = codec.encode(replace(head, journal=()))
     if head.journal:  # the last entry, encoded once for its own key and the core
         enc["v"]["journal"] = {"@l": [last if last is not None else codec.encode(head.journal[0])]}
-    core = _json({"n": n, "k": {k: list(v) for k, v in stamps.items()}, "s": enc})
+    core = _json({"v": _LAYOUT, "n": n, "k": {k: list(v) for k, v in stamps.items()}, "s": enc})
     ctx.set(_CORE, core, serde=_B)
     if wrote is not None:
         wrote += [b'"j":[', b",".join(entries), b'],"c":{', b",".join(cols), b'},"core":', core]
