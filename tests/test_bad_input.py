@@ -200,17 +200,16 @@ async def test_corrupt_stored_rows_are_typed_and_name_the_work(tmp_path: Path) -
     await b.close()
     conn = sqlite3.connect(db)
     (head,) = conn.execute("SELECT state FROM outlive_works WHERE work_id='w'").fetchone()
-    (row,) = conn.execute("SELECT body FROM outlive_rows WHERE work_id='w' AND kind='inputs'"
-                          ).fetchone()
+    (row,) = conn.execute("SELECT body FROM outlive_log WHERE kind='inputs'").fetchone()
     for table, column, where, text, corrupt in (
-            ("outlive_rows", "body", "kind='inputs'", row,
+            ("outlive_log", "body", "kind='inputs'", row,
              row.replace('"seq":1,', '"seq":"1",')),                     # a seq as a string
-            ("outlive_works", "state", "1=1", head,
+            ("outlive_works", "state", "work_id='w'", head,
              head.replace('"v":"admitted"', '"v":"exploded"')),          # a bad enum
-            ("outlive_works", "state", "1=1", head,
+            ("outlive_works", "state", "work_id='w'", head,
              head.replace('"epoch":1,', '"epoch":"1",'))):               # an epoch as a string
         assert corrupt != text
-        conn.execute(f"UPDATE {table} SET {column}=? WHERE work_id='w' AND {where}", (corrupt,))
+        conn.execute(f"UPDATE {table} SET {column}=? WHERE {where}", (corrupt,))
         conn.commit()
         b2 = await outlive.open_backend(f"sqlite:///{db}")
         try:
@@ -219,7 +218,7 @@ async def test_corrupt_stored_rows_are_typed_and_name_the_work(tmp_path: Path) -
             assert "'w'" in info.value.message
         finally:
             await b2.close()
-        conn.execute(f"UPDATE {table} SET {column}=? WHERE work_id='w' AND {where}", (text,))
+        conn.execute(f"UPDATE {table} SET {column}=? WHERE {where}", (text,))
         conn.commit()
     conn.close()
 

@@ -266,3 +266,21 @@ async def test_a_loaded_state_cannot_reach_the_stores_cache(pg_server: PostgresS
         assert fresh.journal[0].sources and fresh.inputs[0].parts["s1"] != "edited"
     finally:
         await b.close()
+
+
+async def test_a_database_of_the_first_layout_is_refused_typed_and_left_unchanged(
+        pg_server: PostgresServer) -> None:
+    """Tables of the first layout (``outlive_rows``): a ConfigError that says so, and no table of
+    this version is created beside them."""
+    url = _db(pg_server, "old")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE outlive_works (work_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
+                     "epoch BIGINT NOT NULL, write_id TEXT NOT NULL, state TEXT NOT NULL)")
+        conn.execute("CREATE TABLE outlive_rows (work_id TEXT NOT NULL, kind TEXT NOT NULL, "
+                     "idx INTEGER NOT NULL, wseq BIGINT NOT NULL, body TEXT NOT NULL, "
+                     "PRIMARY KEY (work_id, kind, idx))")
+    with pytest.raises(outlive.ConfigError, match="layout 1"):
+        await outlive.open_backend(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('outlive_log')").fetchone()
+        assert row is not None and row[0] is None

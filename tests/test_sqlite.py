@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sqlite3
@@ -16,9 +15,10 @@ import pytest
 from storage_work import one_step_work
 
 import outlive
-from outlive import Controller, Policy, Worker, codec
+from outlive import Controller, Policy, Worker
 from outlive import ledger as L
-from outlive.errors import InvalidRecord, StaleOwner
+from outlive.errors import ConfigError, InvalidRecord, StaleOwner
+from outlive.sqlstore import SCHEMA, SqliteLedgerStore
 
 CHILD = textwrap.dedent("""
     import asyncio, os, sys
@@ -412,45 +412,34 @@ def test_the_receiver_is_durable(tmp_path: Path) -> None:
         receiver.close()
 
 
-async def test_a_file_that_keeps_attempts_in_rows_of_their_own_is_read_and_carried_on(
-        tmp_path: Path) -> None:
-    """Files written before the attempts moved into the head row keep one row per attempt (the
-    head's counts name ``attempts``). They load as they were, take new commands, and once a
-    write has moved the attempts into the head the old rows are ignored."""
+#: The first storage layout (before 2026-12-01): rows keyed (work_id, kind, idx), indexed by seq.
+_LAYOUT_1 = """
+CREATE TABLE outlive_works (work_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, epoch INTEGER NOT NULL,
+                            write_id TEXT NOT NULL, state TEXT NOT NULL);
+CREATE TABLE outlive_rows (work_id TEXT NOT NULL, kind TEXT NOT NULL, idx INTEGER NOT NULL,
+                           wseq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (work_id, kind, idx));
+CREATE INDEX outlive_rows_by_seq ON outlive_rows (work_id, wseq);
+INSERT INTO outlive_works VALUES ('w', 1, 1, 'x', '{}');
+"""
+
+
+async def test_a_file_of_the_first_layout_is_refused_typed_and_left_unchanged(tmp_path: Path) -> None:
+    """A file written before the layout-2 log (``outlive_rows``) is refused with a ConfigError
+    that says so, read-only or not, and nothing in it is created or changed; a caller that laid
+    this version's tables over it (``SCHEMA``) gets the same error at its first read."""
     db = tmp_path / "old.db"
-    b = await outlive.open_backend(f"sqlite:///{db}")
-    _, w = await one_step_work(b)
-    want = await b.load("w")
-    await b.close()
-    assert want is not None and len(want.attempts) == 1
-    # Rewrite the work in the older layout: attempts as rows, none in the head.
     conn = sqlite3.connect(db)
-    (text,) = conn.execute("SELECT state FROM outlive_works WHERE work_id='w'").fetchone()
-    doc = codec.loads(text)
-    doc["head"] = dataclasses.replace(doc["head"], attempts=())
-    doc["counts"]["attempts"] = len(want.attempts)
-    conn.execute("UPDATE outlive_works SET state=? WHERE work_id='w'", (codec.dumps(doc),))
-    conn.executemany("INSERT INTO outlive_rows (work_id, kind, idx, wseq, body) VALUES (?,?,?,?,?)",
-                     [("w", "attempts", i, want.seq, codec.dumps(a))
-                      for i, a in enumerate(want.attempts)])
+    conn.executescript(_LAYOUT_1)
     conn.commit()
     conn.close()
-    b = await outlive.open_backend(f"sqlite:///{db}")
-    try:
-        assert await b.load("w") == want
-        w.backend = b
-        await w.step("s2", lambda s2: {"r": s2}, s2="x")
-        after = await b.load("w")
-        assert after is not None and len(after.journal) == 2
-        assert after.attempts[0].signs == want.attempts[0].signs + 1
-    finally:
-        await b.close()
-    b = await outlive.open_backend(f"sqlite:///{db}")   # a full read: old rows still there
-    try:
-        assert await b.load("w") == after
-        conn = sqlite3.connect(db)
-        assert conn.execute("SELECT count(*) FROM outlive_rows WHERE kind='attempts'"
-                            ).fetchone() == (1,)
-        conn.close()
-    finally:
-        await b.close()
+    before = db.read_bytes()
+    for url in (f"sqlite:///{db}", f"sqlite:///{db}?mode=ro"):
+        with pytest.raises(ConfigError, match="layout 1"):
+            await outlive.open_backend(url)
+    assert db.read_bytes() == before
+    assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.executescript(SCHEMA)      # what langgraph+sqlite does on its own connection
+    with pytest.raises(ConfigError, match="layout 1"):
+        SqliteLedgerStore(str(db)).load(conn, "w")
+    conn.close()

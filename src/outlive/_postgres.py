@@ -31,7 +31,17 @@ from .backend import Backend, url_options
 from .errors import BackendUnavailable, ConfigError
 from .ledger import Command, Outcome
 from .records import WorkState
-from .sqlstore import POSTGRES, Read, Request, SqlLedgerStore, Steps, Write, command_flow, load_flow
+from .sqlstore import (
+    POSTGRES,
+    Read,
+    Request,
+    SqlLedgerStore,
+    Steps,
+    Write,
+    check_layout,
+    command_flow,
+    load_flow,
+)
 
 __all__ = ["PostgresBackend", "PostgresLedger", "postgres_options", "while_busy"]
 
@@ -84,7 +94,7 @@ def postgres_options(url: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[s
 
 
 class PostgresLedger:
-    """Ledgers in ``outlive_works`` / ``outlive_rows`` of one database, on a small pool.
+    """Ledgers in ``outlive_works`` / ``outlive_log`` of one database, on a small pool.
 
     Shared by ``postgresql://`` and ``langgraph+postgres://`` (beside LangGraph's checkpoints).
     """
@@ -120,7 +130,13 @@ class PostgresLedger:
             async with conn.transaction():
                 # Several processes may start at once: CREATE ... IF NOT EXISTS can still race.
                 await conn.execute("SELECT pg_advisory_xact_lock(7265726)")
+                cur = await conn.execute("SELECT to_regclass('outlive_rows') IS NOT NULL")
+                row = await cur.fetchone()
+                check_layout(["outlive_rows"] if row and row[0] else [], self.url)
                 await conn.execute(POSTGRES.schema)
+        except ConfigError:
+            await self.close()
+            raise
         except psycopg.Error as exc:
             await self.close()
             raise BackendUnavailable(f"{self.url}: cannot create the ledger tables: {exc}",
@@ -177,7 +193,7 @@ class PostgresLedger:
                 if self.before_write is not None:
                     await self.before_write(conn)
                 cur = await conn.execute(*single)
-                if not req.rows:   # the head alone: its row count
+                if single == req.cas:   # the head alone: its row count
                     return cur.rowcount == 1
                 row = await cur.fetchone()
             return row is not None and int(row[0]) == 1

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .backend import Backend, url_options
-from .errors import BackendUnavailable, ConfigError, InvalidRecord
+from .errors import BackendUnavailable, ConfigError, InvalidRecord, OutliveError
 from .ledger import Command, Outcome
 from .records import WorkState
-from .sqlstore import SCHEMA, SqliteLedgerStore, sqlite_error, sqlite_path
+from .sqlstore import SCHEMA, SqliteLedgerStore, check_layout, sqlite_error, sqlite_path
 
 __all__ = ["SqliteBackend"]
 
@@ -161,11 +161,16 @@ class SqliteBackend(Backend):
         conn = self._conn
         return await self._thread.call(lambda: fn(conn))
 
+    def _layout(self, conn: sqlite3.Connection) -> None:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        check_layout(tables, self.url)
+
     def _open(self) -> sqlite3.Connection:
         if self.read_only:
             conn = sqlite3.connect(f"file:{os.path.abspath(self.path)}?mode=ro", uri=True,
                                    isolation_level=None)
             try:
+                self._layout(conn)
                 conn.execute("SELECT 1 FROM outlive_works LIMIT 1").fetchall()
             except BaseException:
                 conn.close()
@@ -173,6 +178,7 @@ class SqliteBackend(Backend):
             return conn
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.lock_timeout)
         try:
+            self._layout(conn)   # before anything is created or changed in the file
             # Setting up may wait for another process once; afterwards the busy timeout is 0 and
             # the store waits for a lock itself (short sleeps on this thread, counted).
             conn.execute("PRAGMA journal_mode=WAL")
@@ -193,6 +199,10 @@ class SqliteBackend(Backend):
         self._thread = _Writer()
         try:
             self._conn = await self._thread.call(self._open)
+        except OutliveError:
+            self._thread.stop()
+            self._thread = None
+            raise
         except sqlite3.Error as exc:
             self._thread.stop()
             self._thread = None

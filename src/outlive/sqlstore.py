@@ -4,22 +4,26 @@ Every SQL backend (``sqlite://``, ``postgresql://``, and the adapters that keep 
 an engine's own tables, ``langgraph+sqlite`` and ``langgraph+postgres``) persists a work the same
 way, through :func:`command_flow`:
 
-1. **Read** the work's head row and the rows written since the cached ``seq`` (one statement,
+1. **Read** the work's head row and the rows appended since the cached version (one statement,
    so one snapshot; no lock is taken).
 2. **Apply** the pure ledger and **encode** the changed records, outside any transaction.
 3. **Write** in a short transaction: a conditional ``UPDATE outlive_works ... WHERE seq = ?``
-   (the compare-and-set), then an upsert of the changed rows only. A missed condition means
+   (the compare-and-set), then an append of the changed records only. A missed condition means
    another writer moved the work: read again and re-apply.
 
-Layout: ``outlive_works`` holds one small row per work (scalars such as the epoch, the attempts,
-and the length of each collection); ``outlive_rows`` holds every record of every collection in its
-own row, keyed ``(work_id, kind, idx)`` and stamped with the ``seq`` that last wrote it. So a
-heartbeat writes the head alone, whatever the number and size of the candidates, a journal write
-the head and one new row, and the journal grows by appending rows. The attempts live in the head
-because nearly every command changes the current one (every write is a sign of life), and a work
-has a handful: a row of their own cost every write a second row and its index entries. Files
-written when attempts had rows of their own are still read (a head whose counts name
-``attempts``); the first write moves them into the head, and the old rows are ignored after.
+Layout (version 2): ``outlive_works`` holds one small row per work (scalars such as the epoch,
+the attempts, and the length of each collection) and the work's number ``wnum``; ``outlive_log``
+holds every record of every collection in its own row, appended in the order written: its key
+``rid`` is the work's number times 2**32 plus the row's number within the work (1, 2, ...; the
+head counts them), so a work's rows are one range of the table's own key and no other index is
+kept. A journal write is the head's update and one appended row: two pages of a SQLite file (the
+head's and the log's last), where a table keyed ``(work_id, kind, idx)`` with an index by
+``seq`` wrote four. A record that changes (an effect) is appended again; the last row for its
+``(kind, idx)`` is the current one. So a heartbeat writes the head alone, whatever the number
+and size of the candidates, and the journal grows by appending rows. The attempts live in the
+head because nearly every command changes the current one (every write is a sign of life), and
+a work has a handful. A database written by the first layout (``outlive_rows``) is refused with
+:class:`~outlive.errors.ConfigError` (:func:`check_layout`); nothing reads or changes it.
 
 The flow is a generator that yields requests (:class:`Read`, :class:`Write`, :class:`Landed`)
 and receives answers: each backend drives it with its own driver (a thread for ``sqlite3``,
@@ -63,6 +67,7 @@ __all__ = [
     "Write",
     "WriteFailed",
     "advance",
+    "check_layout",
     "command_flow",
     "sqlite_error",
     "sqlite_path",
@@ -71,9 +76,6 @@ __all__ = [
 #: WorkState fields kept one record per row; the rest of the state (attempts included) is the
 #: head row.
 COLLECTIONS = ("inputs", "journal", "candidates", "acceptances", "effects")
-#: Rows of this kind hold the attempts in files from before they moved into the head; read when
-#: the head says so (its counts name it), ignored once a write has moved them.
-_LEGACY_ATTEMPTS = "attempts"
 #: Collections the ledger only ever appends to: a write encodes only their new tail.
 _APPEND_ONLY = frozenset({"inputs", "journal", "candidates", "acceptances"})
 
@@ -92,53 +94,71 @@ class Dialect:
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS outlive_works (
-    work_id  TEXT PRIMARY KEY,
+    wnum     {serial},
+    work_id  TEXT NOT NULL UNIQUE,
     seq      {int} NOT NULL,
     epoch    {int} NOT NULL,
     write_id TEXT NOT NULL,
     state    TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS outlive_rows (
-    work_id TEXT NOT NULL,
-    kind    TEXT NOT NULL,
-    idx     INTEGER NOT NULL,
-    wseq    {int} NOT NULL,
-    body    TEXT NOT NULL,
-    PRIMARY KEY (work_id, kind, idx)
+CREATE TABLE IF NOT EXISTS outlive_log (
+    rid  {int} PRIMARY KEY,
+    kind TEXT NOT NULL,
+    idx  INTEGER NOT NULL,
+    wseq {int} NOT NULL,
+    body TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS outlive_rows_by_seq ON outlive_rows (work_id, wseq);
 """
 
-SQLITE = Dialect("sqlite", _DDL.format(int="INTEGER"))
-POSTGRES = Dialect("postgresql", _DDL.format(int="BIGINT"))
+SQLITE = Dialect("sqlite", _DDL.format(int="INTEGER", serial="INTEGER PRIMARY KEY"))
+POSTGRES = Dialect("postgresql", _DDL.format(
+    int="BIGINT", serial="BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"))
 #: The SQLite tables (kept under this name for callers that create them beside their own).
 SCHEMA = SQLITE.schema
+#: Rows a work can have: a row's ``rid`` is ``wnum * SPAN + n`` for its ``n`` in 1 .. SPAN - 1.
+SPAN = 1 << 32
+#: The table only the first layout had: its presence means a database this version cannot read.
+_OLD_TABLE = "outlive_rows"
 
-_READ = ("SELECT CAST('' AS TEXT) AS kind, seq AS idx, state AS body FROM outlive_works "
-         "WHERE work_id = ? UNION ALL "
-         "SELECT kind, idx, body FROM outlive_rows WHERE work_id = ? AND wseq > ? ORDER BY 1, 2")
+#: The head (``o`` = 0) and the work's rows after the ``n``-th, in the order written (one
+#: statement: one snapshot).
+_READ = ("SELECT 0 AS o, CAST('' AS TEXT) AS kind, seq AS idx, state AS body, wnum "
+         "FROM outlive_works WHERE work_id = ? UNION ALL "
+         "SELECT l.rid, l.kind, l.idx, l.body, w.wnum FROM outlive_works w JOIN outlive_log l "
+         f"ON l.rid > w.wnum * {SPAN} + ? AND l.rid < (w.wnum + 1) * {SPAN} "
+         "WHERE w.work_id = ? ORDER BY 1")
 _INSERT_HEAD = ("INSERT INTO outlive_works (work_id, seq, epoch, write_id, state) VALUES (?,?,?,?,?) "
                 "ON CONFLICT (work_id) DO NOTHING")
 _UPDATE_HEAD = ("UPDATE outlive_works SET seq = ?, epoch = ?, write_id = ?, state = ? "
                 "WHERE work_id = ? AND seq = ?")
-_UPSERT_ROW = ("INSERT INTO outlive_rows (work_id, kind, idx, wseq, body) VALUES (?,?,?,?,?) "
-               "ON CONFLICT (work_id, kind, idx) DO UPDATE SET wseq = excluded.wseq, "
-               "body = excluded.body")
+#: SQLite: a row of a work whose number the cache knows, and of one it does not (just created).
+_APPEND_ROW = "INSERT INTO outlive_log (rid, kind, idx, wseq, body) VALUES (?,?,?,?,?)"
+_APPEND_ROW_NEW = ("INSERT INTO outlive_log (rid, kind, idx, wseq, body) VALUES "
+                   f"((SELECT wnum FROM outlive_works WHERE work_id = ?) * {SPAN} + ?,?,?,?,?)")
 #: PostgreSQL: the head's compare-and-set and the changed rows in one statement. The rows are a
 #: ``VALUES`` list of plain parameters (one statement text per row count, prepared by psycopg
 #: once it repeats): passing them as text arrays made psycopg quote every body's JSON in Python
 #: (a regular-expression substitution per ``"``), the largest single cost of a write.
-_PG_WRITE = ("WITH head AS ({head} RETURNING work_id), "
-             "changed AS (INSERT INTO outlive_rows (work_id, kind, idx, wseq, body) "
-             "SELECT head.work_id, v.kind, v.idx, %s, v.body FROM head, (VALUES {values}) "
-             "AS v(kind, idx, body) "
-             "ON CONFLICT (work_id, kind, idx) DO UPDATE SET wseq = excluded.wseq, "
-             "body = excluded.body) "
+_PG_WRITE = ("WITH head AS ({head} RETURNING wnum), "
+             "changed AS (INSERT INTO outlive_log (rid, kind, idx, wseq, body) "
+             f"SELECT head.wnum * {SPAN} + v.n, v.kind, v.idx, %s, v.body FROM head, "
+             "(VALUES {values}) AS v(n, kind, idx, body)) "
              "SELECT count(*) FROM head")
-_PG_VALUE = "(%s::text, %s::integer, %s::text)"
+_PG_VALUE = "(%s::bigint, %s::text, %s::integer, %s::text)"
 _LANDED = "SELECT seq, write_id FROM outlive_works WHERE work_id = ?"
 _WORKS = "SELECT work_id FROM outlive_works ORDER BY work_id"
 _PG_WRITES: dict[tuple[str, int], str] = {}
+
+
+def check_layout(tables: set[str] | list[str], where: str) -> None:
+    """Refuse a database holding the first layout's table (read its works with the version that
+    wrote it): this version neither reads nor changes it."""
+    if _OLD_TABLE in tables:
+        raise ConfigError(
+            f"{where}: this database was written by an earlier outlive (storage layout 1, table "
+            f"{_OLD_TABLE}); this version reads layout 2 only and has not changed it. Finish or "
+            "export its works with the version that wrote it, or start a new database",
+            url=where)
 
 
 def _pg_write(head: str, n: int) -> str:
@@ -173,9 +193,10 @@ class Read:
 
 @dataclass(frozen=True)
 class Write:
-    """One short transaction: ``cas`` must change exactly one row, then ``rows`` are upserted.
+    """One short transaction: ``cas`` must change exactly one row, then ``rows`` are appended.
 
-    Answer True once committed, False if ``cas`` changed no row (rolled back, nothing written).
+    Answer True once committed (or the work's number, see :attr:`creates`), False if ``cas``
+    changed no row (rolled back, nothing written).
     If the transaction fails otherwise, throw :class:`WriteFailed` into the flow.
     """
 
@@ -189,6 +210,11 @@ class Write:
     #: with no rows, ``cas`` itself, answered by its row count). One statement is one round trip
     #: and leaves no transaction open between statements.
     single: tuple[str, tuple[Any, ...]] | None = None
+    #: The work's rows once this write has landed (what the next write numbers its rows after).
+    total_rows: int = 0
+    #: ``cas`` creates the work's head: a driver may answer the work's number (``wnum``, an
+    #: ``int``) instead of True, so the next write numbers its rows without looking it up.
+    creates: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,6 +291,10 @@ class CachedWork:
     journal: list[JournalEntry]
     index: dict[str, int]            # result id -> position in ``journal``
     length: int
+    #: The work's stored rows (SQL stores): the next write's rows are numbered after them.
+    rows: int = 0
+    #: The work's number in the database (``outlive_works.wnum``), once a read has shown it.
+    wnum: int | None = None
 
     def view(self, command: Command | Checked) -> WorkState:
         wanted = reads(self.state, command)
@@ -285,9 +315,11 @@ class CachedWork:
         return True
 
 
-def advance(old: CachedWork | None, view: WorkState | None, new: WorkState) -> CachedWork | None:
+def advance(old: CachedWork | None, view: WorkState | None, new: WorkState,
+            rows: int = 0) -> CachedWork | None:
     """``old`` moved forward to ``new``, which the ledger returned for ``view`` (``old``'s view
     for the command); None if that leaves a gap in the journal (then read the work again).
+    ``rows``: the work's stored rows after the write (SQL stores).
 
     ``old`` is spent: the new version shares its journal list and index.
     """
@@ -295,7 +327,8 @@ def advance(old: CachedWork | None, view: WorkState | None, new: WorkState) -> C
     work = CachedWork(state=evolve(new, journal=()),
                       journal=old.journal if old is not None else [],
                       index=old.index if old is not None else {},
-                      length=(old.length if old is not None else 0) + len(added))
+                      length=(old.length if old is not None else 0) + len(added),
+                      rows=rows, wnum=old.wnum if old is not None else None)
     for i, entry in enumerate(added):
         if not work.put(work.length - len(added) + i, entry):
             return None
@@ -318,7 +351,7 @@ class SqlLedgerStore:
         self._write_prefix = ""
         self._insert_head = dialect.sql(_INSERT_HEAD)
         self._update_head = dialect.sql(_UPDATE_HEAD)
-        self._upsert_row = dialect.sql(_UPSERT_ROW)
+        self._read = dialect.sql(_READ)
 
     def write_id(self) -> str:
         """A new id for one write, unique across processes: a random prefix (drawn again in a
@@ -331,43 +364,54 @@ class SqlLedgerStore:
     # -- read ------------------------------------------------------------------------------------
     def read_request(self, work_id: str, *, full: bool = False) -> Read:
         cached = None if full else self._cache.get(work_id)
-        since = cached.state.seq if cached is not None else -1
-        return Read(self.dialect.sql(_READ), (work_id, work_id, since))
+        return Read(self._read, (work_id, cached.rows if cached is not None else 0, work_id))
 
     def decode(self, work_id: str, rows: list[tuple[Any, ...]], *,
                full: bool = False) -> tuple[bool, CachedWork | None]:
-        """``(ok, work)``; ``ok`` False means the cache could not be brought forward: read all."""
-        if not rows or rows[0][0] != "":
+        """``(ok, work)``; ``ok`` False means the cache could not be brought forward: read all.
+
+        ``rows`` answer :meth:`read_request`: the head, then the work's rows after the cached
+        ones in the order written (an effect written again comes later: the last one counts).
+        """
+        if not rows or rows[0][0] != 0 or rows[0][1] != "":
             if rows:
                 raise self._corrupt(work_id)
             self._cache.pop(work_id, None)
             return True, None
-        seq = int(rows[0][1])
+        _, _, seq, text, wnum = rows[0]
+        seq = int(seq)
         cached = None if full else self._cache.pop(work_id, None)
         if cached is not None and seq == cached.state.seq and len(rows) == 1:
+            cached.wnum = wnum
             self._cache[work_id] = cached
             return True, cached
         if cached is not None and seq < cached.state.seq:
             return False, None
         try:
-            doc = codec.loads(rows[0][2])
+            doc = codec.loads(text)
             head = doc["head"]
             counts = doc["counts"]
+            total = doc["rows"]
         except (InvalidRecord, KeyError, TypeError) as exc:
             raise self._corrupt(work_id, exc) from exc
-        if not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq:
+        if (not isinstance(head, WorkState) or head.work_id != work_id or head.seq != seq
+                or not isinstance(counts, dict) or type(total) is not int):
             raise self._corrupt(work_id)
         # The cache was taken out above: if anything below fails, it is simply gone.
         work = CachedWork(state=head, journal=cached.journal if cached is not None else [],
                           index=cached.index if cached is not None else {},
-                          length=counts.get("journal", -1) if isinstance(counts, dict) else -1)
-        legacy = isinstance(counts, dict) and _LEGACY_ATTEMPTS in counts
+                          length=counts.get("journal", -1), rows=total, wnum=wnum)
         lists: dict[str, list[Any]] = {
             k: list(getattr(cached.state, k)) if cached is not None else []
-            for k in (*COLLECTIONS, *((_LEGACY_ATTEMPTS,) if legacy else ())) if k != "journal"}
-        for kind, idx, body in rows[1:]:
-            if kind == _LEGACY_ATTEMPTS and not legacy:
-                continue  # moved into the head by a later write: the head's are current
+            for k in COLLECTIONS if k != "journal"}
+        n = cached.rows if cached is not None else 0
+        base = wnum * SPAN
+        for rid, kind, idx, body, _ in rows[1:]:
+            n += 1
+            if rid - base != n:   # a row missing, or more than the head counts
+                if full:
+                    raise self._corrupt(work_id)
+                return False, None
             try:
                 item = codec.loads(body)
             except InvalidRecord as exc:
@@ -391,7 +435,7 @@ class SqlLedgerStore:
                 items[idx] = item
             else:
                 items.append(item)
-        if (any(len(lists[k]) != counts.get(k) for k in lists)
+        if (n != total or any(len(lists[k]) != counts.get(k) for k in lists)
                 or not 0 <= work.length <= len(work.journal)):
             if full:
                 raise self._corrupt(work_id)
@@ -415,7 +459,7 @@ class SqlLedgerStore:
         ``view`` is what the ledger was given (``old`` with only the journal entries it reads),
         ``new`` what it returned: the journal rows written are the entries ``new`` appended.
         """
-        rows: list[tuple[Any, ...]] = []
+        found: list[tuple[str, int, str]] = []   # (kind, idx, body) of each changed record
         size = 0
         for kind in COLLECTIONS:
             before: tuple[Any, ...] = getattr(view, kind) if view is not None else ()
@@ -437,12 +481,16 @@ class SqlLedgerStore:
                     continue
                 body = codec.dumps(item)
                 size += len(body)
-                rows.append((work_id, kind, base + i, new.seq, body))
+                found.append((kind, base + i, body))
         counts = {k: len(getattr(new, k)) for k in COLLECTIONS}
         counts["journal"] += (old.length if old is not None else 0) - (
             len(view.journal) if view is not None else 0)
+        first = old.rows if old is not None else 0   # this write's rows are first+1, first+2, ...
+        total = first + len(found)
+        if total >= SPAN:
+            raise InvalidRecord(f"{work_id!r} has written {SPAN - 1} records: no more fit")
         empty: dict[str, Any] = {k: () for k in COLLECTIONS}
-        head = codec.dumps({"head": evolve(new, **empty), "counts": counts})
+        head = codec.dumps({"head": evolve(new, **empty), "counts": counts, "rows": total})
         size += len(head)
         cas: tuple[str, tuple[Any, ...]]
         if old is None:
@@ -450,16 +498,26 @@ class SqlLedgerStore:
         else:
             cas = (self._update_head, (new.seq, new.epoch, write_id, head, work_id, old.state.seq))
         single = None
+        rows: list[tuple[Any, ...]] = []
+        rows_sql = _APPEND_ROW
         if self.dialect.name == "postgresql":
-            if rows:
+            if found:
                 params: list[Any] = [*cas[1], new.seq]
-                for r in rows:
-                    params += r[1:3]
-                    params.append(r[4])
-                single = (_pg_write(cas[0], len(rows)), tuple(params))
+                for n, (kind, idx, body) in enumerate(found, first + 1):
+                    params += (n, kind, idx, body)
+                single = (_pg_write(cas[0], len(found)), tuple(params))
             else:
                 single = cas  # the head alone: answered by its row count
-        return Write(cas=cas, rows_sql=self._upsert_row, rows=rows, size=size, single=single)
+        elif old is not None and old.wnum is not None:
+            rid = old.wnum * SPAN + first
+            rows = [(rid + j, kind, idx, new.seq, body)
+                    for j, (kind, idx, body) in enumerate(found, 1)]
+        else:   # the work's number is not known here yet: the statement looks it up
+            rows_sql = _APPEND_ROW_NEW
+            rows = [(work_id, first + j, kind, idx, new.seq, body)
+                    for j, (kind, idx, body) in enumerate(found, 1)]
+        return Write(cas=cas, rows_sql=rows_sql, rows=rows, size=size, single=single,
+                     total_rows=total, creates=old is None)
 
     def landed_request(self, work_id: str) -> Landed:
         return Landed(self.dialect.sql(_LANDED), (work_id,))
@@ -467,9 +525,13 @@ class SqlLedgerStore:
     def works_sql(self) -> str:
         return _WORKS
 
-    def remember(self, old: CachedWork | None, view: WorkState | None, new: WorkState) -> None:
-        """After a committed write: the cache moves forward without re-reading."""
-        work = advance(old, view, new)
+    def remember(self, old: CachedWork | None, view: WorkState | None, new: WorkState,
+                 rows: int, wnum: int | None = None) -> None:
+        """After a committed write (``rows``: the work's rows after it; ``wnum``: its number, if
+        the write created it and the driver said): the cache moves forward without re-reading."""
+        work = advance(old, view, new, rows)
+        if work is not None and wnum is not None:
+            work.wnum = wnum
         if work is None:
             self._cache.pop(new.work_id, None)
         else:
@@ -547,7 +609,8 @@ def command_flow(store: SqlLedgerStore, work_id: str,
                 f"({failed.cause}); read back: it did not land, nothing was written",
                 work_id=work_id, landed=False) from failed.cause
         if committed:
-            store.remember(work, view, new)
+            store.remember(work, view, new, request.total_rows,
+                           committed if committed is not True else None)
             store.last_write_bytes = request.size
             return outcome
         store.forget(work_id)
@@ -591,6 +654,11 @@ def _busy(exc: sqlite3.Error) -> bool:
 
 def sqlite_error(exc: Exception, where: str) -> Exception:
     """A sqlite3 error outside a write, in outlive's tree: damaged file or unusable storage."""
+    if "no such column: w.wnum" in str(exc) or "no such column: wnum" in str(exc):
+        try:   # tables of the first layout under the ones of this version (set up by a caller)
+            check_layout([_OLD_TABLE], where)
+        except ConfigError as err:
+            return err
     name = getattr(exc, "sqlite_errorname", "")
     if name in _CORRUPT or (not name and isinstance(exc, sqlite3.DatabaseError)
                             and not isinstance(exc, sqlite3.OperationalError)):
@@ -641,13 +709,16 @@ class SqliteLedgerStore:
                params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self._retrying(lambda: conn.execute(sql, params).fetchall())  # type: ignore[no-any-return]
 
-    def _write(self, conn: sqlite3.Connection, req: Write) -> bool:
+    def _write(self, conn: sqlite3.Connection, req: Write) -> bool | int:
         cur = conn.cursor()   # one cursor for the transaction's statements
         self._retrying(lambda: cur.execute("BEGIN IMMEDIATE"))
         try:
             if cur.execute(*req.cas).rowcount != 1:
                 cur.execute("ROLLBACK")
                 return False
+            answer: bool | int = True
+            if req.creates and cur.lastrowid:
+                answer = cur.lastrowid   # the new work's number (``wnum`` is the rowid)
             if len(req.rows) == 1:
                 cur.execute(req.rows_sql, req.rows[0])
             elif req.rows:
@@ -655,7 +726,7 @@ class SqliteLedgerStore:
             if self.before_commit is not None:
                 self.before_commit(conn)
             cur.execute("COMMIT")
-            return True
+            return answer
         except BaseException:
             if conn.in_transaction:
                 try:
@@ -717,15 +788,18 @@ class SqliteLedgerStore:
                     out: Outcome = stop.value
                     return out
                 if isinstance(req, Write):
-                    if conn.execute(*req.cas).rowcount != 1:
+                    cur = conn.execute(*req.cas)
+                    if cur.rowcount != 1:
                         # Applied to a stale cache: nothing was written; the flow reads again,
                         # now inside the caller's transaction.
                         answer = False
                         continue
+                    wnum = cur.lastrowid if req.creates else None
                     if req.rows:
                         conn.executemany(req.rows_sql, req.rows)
                     commit()
-                    committed = answer = True
+                    committed = True
+                    answer = wnum or True
                 else:
                     answer = conn.execute(req.sql, req.params).fetchall()
         except BaseException:
