@@ -489,8 +489,10 @@ class SqlLedgerStore:
         total = first + len(found)
         if total >= SPAN:
             raise InvalidRecord(f"{work_id!r} has written {SPAN - 1} records: no more fit")
-        empty: dict[str, Any] = {k: () for k in COLLECTIONS}
-        head = codec.dumps({"head": evolve(new, **empty), "counts": counts, "rows": total})
+        # The text of {"head": new with its collections emptied, "counts": counts, "rows": total}
+        # (decoded by codec.loads), written without copying the state to empty it.
+        head = ('{"@d":{"head":' + codec.dumps_blank(new, COLLECTIONS) + ',"counts":{"@d":{'
+                + ",".join([f'"{k}":{n}' for k, n in counts.items()]) + f'}}}},"rows":{total}}}}}')
         size += len(head)
         cas: tuple[str, tuple[Any, ...]]
         if old is None:
