@@ -37,6 +37,7 @@ costs one ``ctx.run_typed`` entry plus its state writes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -177,18 +178,30 @@ class HandlerBackend(Backend):
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """The body as one ``ctx.run_typed`` entry; its journaled value carries the time."""
+        entry = json.loads(await self._run(call, fn))
+        self.now = max(self.now, int(entry["t"]))
+        return codec.decode(entry["v"])
+
+    async def _run(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
+                   proposed: Callable[[bytes], None] | None = None) -> bytes:
+        """The step's ``ctx.run_typed`` entry: the journaled value (``{"v": result, "t": ms}``).
+
+        ``proposed`` is called with the value the body produced once the SDK has sent it to the
+        server, while the server journals it (only when the body runs: not on a replay).
+        """
         async def action() -> bytes:
             result = await fn()
-            return b'{"v":%s,"t":%d}' % (codec.dumps(result).encode(), int(time.time() * 1000))
+            raw = b'{"v":%s,"t":%d}' % (codec.dumps(result).encode(), int(time.time() * 1000))
+            if proposed is not None:
+                _after_send(proposed, raw)
+            return raw
 
         run = self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action,
                                  restate.RunOptions(max_attempts=1, serde=_B))
         if self.renew_ms is not None and self.beat is not None:
             await self._renewing(run)
         raw: bytes = await run
-        entry = json.loads(raw)
-        self.now = max(self.now, int(entry["t"]))
-        return codec.decode(entry["v"])
+        return raw
 
     async def _renewing(self, run: Any) -> None:
         """Wait for the step's entry; each time the renewal timer fires first, beat and re-arm.
@@ -259,6 +272,9 @@ class OwnedBackend(HandlerBackend):
         self._stored: _View | None = None
         self._dirty = False
         self._since: int | None = None
+        #: Moves with every command taken in (and every flush): what was worked out ahead of a
+        #: step's journaling is taken only if it has not moved since.
+        self._gen = 0
 
     def flush(self) -> None:
         """Write what changed since the last write, in one go, the core last (sync, as
@@ -272,6 +288,7 @@ class OwnedBackend(HandlerBackend):
                 self.octx, base, replace(self._view.state, journal=last + tuple(self._journal[k:])))
             self._dirty = False
         self._since = None
+        self._gen += 1
 
     async def _own(self) -> _View | None:
         if not self._read:
@@ -298,7 +315,15 @@ class OwnedBackend(HandlerBackend):
         return await self._apply(work_id, await self._stamp(command))
 
     async def _apply(self, work_id: str, command: L.Command) -> L.Outcome:
-        view = await self._own()
+        await self._own()
+        done = self._compute(command)
+        self._commit(command, *done[:3])
+        return done[3]
+
+    def _compute(self, command: L.Command) -> tuple[_View | None, WorkState | None, WorkState,
+                                                    L.Outcome]:
+        """``command`` applied to the state in memory, nothing changed yet (pure: no ``ctx``)."""
+        view = self._view
         cmd = L.checked(command)   # checked and copied once, for reads() and apply()
         if view is not None:
             # the ledger sees the entries the command names and the last one, as the ledger's
@@ -311,8 +336,14 @@ class OwnedBackend(HandlerBackend):
         state = view.state if view is not None else None
         # the store's clock is the invocation's journaled time (a step's end, or ctx.time()):
         # a replay applies with the same one
-        new, outcome = L.apply(state, cmd, work_id=work_id,
+        new, outcome = L.apply(state, cmd, work_id=self.octx.key(),
                                now=self.now or None)   # a rejection writes nothing
+        return view, state, new, outcome
+
+    def _commit(self, command: L.Command, view: _View | None, state: WorkState | None,
+                new: WorkState) -> None:
+        """Take the state ``_compute`` gave as the ledger's; write it now or hold it back."""
+        self._gen += 1
         if L.changed(state, new):
             for e in new.journal[len(state.journal) if state is not None else 0:]:
                 self._index[e.result_id] = len(self._journal)
@@ -326,14 +357,83 @@ class OwnedBackend(HandlerBackend):
             self._since = self.now
         elif self.now - self._since >= self.defer:
             self.flush()
-        return outcome
 
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
+        """The step's entry, and its write applied in memory.
+
+        While the server journals the step's value (a round trip in which this process waits),
+        the write is worked out ahead from the value proposed (:class:`_Ahead`); once the entry
+        is journaled, that work is taken as it is if the journaled value is the one proposed
+        and nothing else was applied meanwhile, else it is done again from the journaled value.
+        Either way the same state and outcome, so a replay (which proposes nothing) agrees.
+        """
         if call.work_id != self.octx.key():
             return await super().run_and_record(call, fn, record)
-        result = await self.run_step(call, fn)
+        await self._own()
+        ahead = _Ahead(self, record)
+        raw = await self._run(call, fn, ahead)
+        ahead.late = True
+        got = ahead.got
+        if got is not None and got[0] == raw and ahead.gen == self._gen and \
+                ahead.now == self.now:
+            _raw, result, now, cmd, view, state, new, outcome = got
+            self.now = now
+            self._commit(cmd, view, state, new)
+            return result, outcome
+        entry = json.loads(raw)
+        self.now = max(self.now, int(entry["t"]))
+        result = codec.decode(entry["v"])
         return result, await self._apply(call.work_id, record(result))
+
+
+class _Ahead:
+    """An owner step's write worked out while the server journals the step (see
+    :meth:`OwnedBackend.run_and_record`): called with the proposed value, it keeps the result,
+    the clock, the command and ``_compute``'s answer, changing nothing of the backend's."""
+
+    def __init__(self, backend: OwnedBackend, record: Callable[[Any], L.Command]) -> None:
+        self.backend, self.record = backend, record
+        self.gen, self.now = backend._gen, backend.now
+        self.late = False
+        self.got: tuple[Any, ...] | None = None
+
+    def __call__(self, raw: bytes) -> None:
+        b = self.backend
+        if self.late or self.gen != b._gen or self.now != b.now:
+            return      # the step already went on, or the state moved: done after the entry
+        try:
+            entry = json.loads(raw)
+            result = codec.decode(entry["v"])
+            now = max(b.now, int(entry["t"]))
+            b.now = now             # the clock the command is recorded and applied with
+            try:
+                cmd = self.record(result)
+                done = b._compute(cmd)
+            finally:
+                b.now = self.now
+        except Exception:   # a refusal: raised by the same work, done again after the entry
+            return
+        self.got = (raw, result, now, cmd, *done)
+
+
+def _after_send(fn: Callable[[bytes], None], raw: bytes) -> None:
+    """Call ``fn(raw)`` once the SDK has sent ``raw`` to the server, not before.
+
+    The run's action returns ``raw``; the SDK's loop then wakes on the run's completion,
+    proposes it and hands it to the HTTP/2 stream, whose sender writes it to the socket. Each of
+    those is one turn of the event loop, so ``fn`` runs three turns after the action returns.
+    Running it earlier would only delay the proposal (``fn`` changes nothing Restate sees).
+    """
+    loop = asyncio.get_running_loop()
+
+    def hop(left: int) -> None:
+        if left:
+            loop.call_soon(hop, left - 1)
+        else:
+            fn(raw)
+
+    loop.call_soon(hop, 2)
 
 
 async def _wall() -> float:
