@@ -60,7 +60,7 @@ from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
 from . import _errors
-from ._ledger import EXECUTE, LEDGER, LOAD, _View, _write, read_all
+from ._ledger import EXECUTE, LEDGER, LOAD, _encode_entry, _View, _write, read_all
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -275,6 +275,8 @@ class OwnedBackend(HandlerBackend):
         #: Moves with every command taken in (and every flush): what was worked out ahead of a
         #: step's journaling is taken only if it has not moved since.
         self._gen = 0
+        #: Held entries encoded ahead (``id()`` of the entry -> what :func:`_write` stores).
+        self._encoded: dict[int, tuple[Any, bytes]] = {}
 
     def flush(self) -> None:
         """Write what changed since the last write, in one go, the core last (sync, as
@@ -285,8 +287,10 @@ class OwnedBackend(HandlerBackend):
             last = (self._journal[k - 1],) if k else ()
             base = _View(k, replace(old.state, journal=last), old.stamps) if old else None
             self._stored = self._view = _write(
-                self.octx, base, replace(self._view.state, journal=last + tuple(self._journal[k:])))
+                self.octx, base, replace(self._view.state, journal=last + tuple(self._journal[k:])),
+                known=self._encoded)
             self._dirty = False
+        self._encoded.clear()
         self._since = None
         self._gen += 1
 
@@ -377,8 +381,9 @@ class OwnedBackend(HandlerBackend):
         got = ahead.got
         if got is not None and got[0] == raw and ahead.gen == self._gen and \
                 ahead.now == self.now:
-            _raw, result, now, cmd, view, state, new, outcome = got
+            _raw, result, now, cmd, view, state, new, outcome, enc = got
             self.now = now
+            self._encoded.update(enc)
             self._commit(cmd, view, state, new)
             return result, outcome
         entry = json.loads(raw)
@@ -412,9 +417,12 @@ class _Ahead:
                 done = b._compute(cmd)
             finally:
                 b.now = self.now
+            # the new entries, encoded now for the flush that will store them
+            enc = {id(e): _encode_entry(e) for e in
+                   done[2].journal[len(done[1].journal) if done[1] is not None else 0:]}
         except Exception:   # a refusal: raised by the same work, done again after the entry
             return
-        self.got = (raw, result, now, cmd, *done)
+        self.got = (raw, result, now, cmd, *done, enc)
 
 
 def _after_send(fn: Callable[[bytes], None], raw: bytes) -> None:

@@ -15,6 +15,7 @@ handler and the ledger share one lock.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -237,13 +238,21 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _encode_entry(e: JournalEntry) -> tuple[Any, bytes]:
+    """A journal entry as :func:`_write` stores it: its encoded form and that form's JSON."""
+    enc = codec.encode(e)
+    return enc, _json(enc)
+
+
 def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
-           wrote: list[bytes] | None = None) -> _View:
+           wrote: list[bytes] | None = None,
+           known: Mapping[int, tuple[Any, bytes]] | None = None) -> _View:
     """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core.
 
     Returns the view of what is now stored (``new`` itself as the state). ``wrote`` gets the
     written values as the JSON members of an answer (:func:`answer`): ``"j":[entries]``, then
-    ``"c":{collections}``, then ``"core":core``.
+    ``"c":{collections}``, then ``"core":core``. ``known`` holds entries already encoded
+    (:func:`_encode_entry`), by ``id()`` of the entry object: they are not encoded again.
     """
     key = ctx.key()
     old = view.state if view is not None else None
@@ -257,8 +266,9 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
     last: Any = None
     entries: list[bytes] = []
     for k, e in enumerate(added):
-        last = codec.encode(e)
-        entries.append(_json(last))
+        hit = known.get(id(e)) if known is not None else None
+        last, raw_entry = hit if hit is not None else _encode_entry(e)
+        entries.append(raw_entry)
         ctx.set(f"r/{e.result_id}", b"%d,%d" % (n + k, n), serde=_B)
     if added:
         batch = b'{"@l":[' + b",".join(entries) + b"]}"
