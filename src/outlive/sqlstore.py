@@ -76,6 +76,8 @@ __all__ = [
 #: WorkState fields kept one record per row; the rest of the state (attempts included) is the
 #: head row.
 COLLECTIONS = ("inputs", "journal", "candidates", "acceptances", "effects")
+#: A work before its first write, as :meth:`SqlLedgerStore.write_request` compares it.
+_NO_COLLECTIONS: dict[str, tuple[Any, ...]] = {k: () for k in COLLECTIONS}
 #: Collections the ledger only ever appends to: a write encodes only their new tail.
 _APPEND_ONLY = frozenset({"inputs", "journal", "candidates", "acceptances"})
 
@@ -168,6 +170,18 @@ def _pg_write(head: str, n: int) -> str:
         sql = _PG_WRITES[(head, n)] = _PG_WRITE.format(
             head=head, values=", ".join([_PG_VALUE] * n))
     return sql
+
+
+#: Write ids: a random prefix per process and a counter (see :meth:`SqlLedgerStore.write_id`).
+_WRITE_PREFIX = [f"{uuid.uuid4().hex}-"]
+_WRITE_IDS = itertools.count()
+
+
+def _new_write_prefix() -> None:
+    _WRITE_PREFIX[0] = f"{uuid.uuid4().hex}-"
+
+
+os.register_at_fork(after_in_child=_new_write_prefix)
 
 
 def sqlite_path(url: str) -> str:
@@ -321,14 +335,15 @@ def advance(old: CachedWork | None, view: WorkState | None, new: WorkState,
     for the command); None if that leaves a gap in the journal (then read the work again).
     ``rows``: the work's stored rows after the write (SQL stores).
 
-    ``old`` is spent: the new version shares its journal list and index.
+    ``old`` is spent: it becomes the new version (its journal list and index only grow).
     """
     added = new.journal[len(view.journal) if view is not None else 0:]
-    work = CachedWork(state=evolve(new, journal=()),
-                      journal=old.journal if old is not None else [],
-                      index=old.index if old is not None else {},
-                      length=(old.length if old is not None else 0) + len(added),
-                      rows=rows, wnum=old.wnum if old is not None else None)
+    state = evolve(new, journal=())
+    if old is None:
+        work = CachedWork(state=state, journal=[], index={}, length=len(added), rows=rows)
+    else:   # spent: moved forward in place (nothing else holds a version of the cache)
+        work = old
+        work.state, work.length, work.rows = state, old.length + len(added), rows
     for i, entry in enumerate(added):
         if not work.put(work.length - len(added) + i, entry):
             return None
@@ -346,20 +361,14 @@ class SqlLedgerStore:
         self.last_write_bytes = 0
         #: Writes that lost the compare-and-set to another writer and were re-applied.
         self.conflicts = 0
-        self._write_ids = itertools.count()
-        self._write_pid = -1
-        self._write_prefix = ""
         self._insert_head = dialect.sql(_INSERT_HEAD)
         self._update_head = dialect.sql(_UPDATE_HEAD)
         self._read = dialect.sql(_READ)
 
     def write_id(self) -> str:
-        """A new id for one write, unique across processes: a random prefix (drawn again in a
-        forked child) and a counter, so a write does not pay for a system call to the RNG."""
-        pid = os.getpid()
-        if pid != self._write_pid:
-            self._write_pid, self._write_prefix = pid, f"{uuid.uuid4().hex}-"
-        return f"{self._write_prefix}{next(self._write_ids)}"
+        """A new id for one write, unique across processes: the process's random prefix (drawn
+        again in a forked child) and a counter; a write pays for no system call."""
+        return f"{_WRITE_PREFIX[0]}{next(_WRITE_IDS)}"
 
     # -- read ------------------------------------------------------------------------------------
     def read_request(self, work_id: str, *, full: bool = False) -> Read:
@@ -461,9 +470,11 @@ class SqlLedgerStore:
         """
         found: list[tuple[str, int, str]] = []   # (kind, idx, body) of each changed record
         size = 0
+        was = view.__dict__ if view is not None else _NO_COLLECTIONS
+        now = new.__dict__
         for kind in COLLECTIONS:
-            before: tuple[Any, ...] = getattr(view, kind) if view is not None else ()
-            after: tuple[Any, ...] = getattr(new, kind)
+            before: tuple[Any, ...] = was[kind]
+            after: tuple[Any, ...] = now[kind]
             if after is before:
                 continue  # the ledger hands back the very tuple it did not change
             base = 0
@@ -482,17 +493,17 @@ class SqlLedgerStore:
                 body = codec.dumps(item)
                 size += len(body)
                 found.append((kind, base + i, body))
-        counts = {k: len(getattr(new, k)) for k in COLLECTIONS}
-        counts["journal"] += (old.length if old is not None else 0) - (
-            len(view.journal) if view is not None else 0)
+        journal = len(now["journal"]) + (old.length if old is not None else 0) - len(was["journal"])
         first = old.rows if old is not None else 0   # this write's rows are first+1, first+2, ...
         total = first + len(found)
         if total >= SPAN:
             raise InvalidRecord(f"{work_id!r} has written {SPAN - 1} records: no more fit")
         # The text of {"head": new with its collections emptied, "counts": counts, "rows": total}
         # (decoded by codec.loads), written without copying the state to empty it.
-        head = ('{"@d":{"head":' + codec.dumps_blank(new, COLLECTIONS) + ',"counts":{"@d":{'
-                + ",".join([f'"{k}":{n}' for k, n in counts.items()]) + f'}}}},"rows":{total}}}}}')
+        head = (f'{{"@d":{{"head":{codec.dumps_blank(new, COLLECTIONS)},"counts":{{"@d":{{'
+                f'"inputs":{len(now["inputs"])},"journal":{journal},'
+                f'"candidates":{len(now["candidates"])},"acceptances":{len(now["acceptances"])},'
+                f'"effects":{len(now["effects"])}}}}},"rows":{total}}}}}')
         size += len(head)
         cas: tuple[str, tuple[Any, ...]]
         if old is None:
@@ -709,11 +720,26 @@ class SqliteLedgerStore:
 
     def _query(self, conn: sqlite3.Connection, sql: str,
                params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            self._busy_once(exc)
         return self._retrying(lambda: conn.execute(sql, params).fetchall())  # type: ignore[no-any-return]
+
+    def _busy_once(self, exc: sqlite3.Error) -> None:
+        """A first try met another process's lock: count it, wait a moment (or re-raise)."""
+        if not _busy(exc):
+            raise exc
+        self.busy_retries += 1
+        self._wait(0.0002)
 
     def _write(self, conn: sqlite3.Connection, req: Write) -> bool | int:
         cur = conn.cursor()   # one cursor for the transaction's statements
-        self._retrying(lambda: cur.execute("BEGIN IMMEDIATE"))
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._busy_once(exc)
+            self._retrying(lambda: cur.execute("BEGIN IMMEDIATE"))
         try:
             if cur.execute(*req.cas).rowcount != 1:
                 cur.execute("ROLLBACK")
