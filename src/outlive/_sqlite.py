@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 import socket
 import sqlite3
@@ -47,7 +48,22 @@ def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) ->
         fut.set_exception(exc)
 
 
-_Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
+#: A call for the thread: the function, and the loop (or a stand-in) and future its answer goes to.
+_Job = tuple[Callable[[], Any], Any, Any]
+
+
+def _nothing() -> None:
+    return None
+
+
+class _NoLoop:
+    """Stands in for the loop of :meth:`_Writer.wait`'s call: its answer sets an event."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def call_soon_threadsafe(self, *_: Any) -> None:
+        self.event.set()
 
 
 class _Writer:
@@ -99,36 +115,34 @@ class _Writer:
                     job = jobs.popleft()
                     if job is None:
                         return
-                    fn, done = job
+                    fn, loop, fut = job
+                    result: Any = None
+                    error: BaseException | None = None
                     try:
                         result = fn()
                     except BaseException as exc:  # handed to the caller, as an executor would
-                        done(None, exc)
-                    else:
-                        done(result, None)
-                    del job, fn, done
+                        error = exc
+                    try:
+                        loop.call_soon_threadsafe(_settle, fut, result, error)
+                    except RuntimeError:
+                        pass  # the loop was closed meanwhile: nobody is waiting
+                    del job, fn, loop, fut, result, error
                 if not woken:
                     return   # the other end is closed and nothing is left to run
         finally:
             waiter.close()
 
-    async def call(self, fn: Callable[[], T]) -> T:
+    def call(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """``fn()`` on the thread; await the future for its value (or its exception)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-
-        def done(result: Any, exc: BaseException | None) -> None:
-            try:
-                loop.call_soon_threadsafe(_settle, fut, result, exc)
-            except RuntimeError:
-                pass  # the loop was closed meanwhile: nobody is waiting
-
-        self._post(self._jobs, self._wake, (fn, done))
-        return await fut
+        self._post(self._jobs, self._wake, (fn, loop, fut))
+        return fut
 
     def wait(self) -> None:
         """Block until every call asked so far has finished (from any thread but this one)."""
         finished = threading.Event()
-        self._post(self._jobs, self._wake, (lambda: None, lambda result, exc: finished.set()))
+        self._post(self._jobs, self._wake, (_nothing, _NoLoop(finished), None))
         finished.wait()
 
     def stop(self) -> None:
@@ -154,12 +168,11 @@ class SqliteBackend(Backend):
         self.ledger = SqliteLedgerStore(self.path, lock_timeout=self.lock_timeout,
                                         wait=time.sleep)
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(connection)`` on the backend's own thread."""
+    def _call(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(connection, *args)`` on the backend's own thread (await the future)."""
         if self._conn is None or self._thread is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
-        conn = self._conn
-        return await self._thread.call(lambda: fn(conn))
+        return self._thread.call(functools.partial(fn, self._conn, *args))
 
     def _layout(self, conn: sqlite3.Connection) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -217,11 +230,11 @@ class SqliteBackend(Backend):
             raise ConfigError(f"{self.url}: opened read-only (mode=ro); nothing was written",
                               url=self.url)
         self.ledger.lock_timeout = self.lock_timeout
-        return await self._call(lambda conn: self.ledger.run(conn, work_id, command))
+        return await self._call(self.ledger.run, work_id, command)
 
     async def load(self, work_id: str) -> WorkState | None:
         # a copy (made by the store): its cached state is not reachable by the caller
-        return await self._call(lambda conn: self.ledger.load(conn, work_id))
+        return await self._call(self.ledger.load, work_id)
 
     async def works(self) -> list[str]:
         return await self._call(self.ledger.works)
