@@ -150,9 +150,10 @@ class PostgresLedger:
             self._idle.put_nowait(None)  # opened on first use, when the others are all busy
         self._idle.put_nowait(conn)
 
-    @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A connection of the pool, idle and outside any transaction.
+    async def _take(self) -> tuple[asyncio.Queue[psycopg.AsyncConnection[Any] | None],
+                                   psycopg.AsyncConnection[Any]]:
+        """A connection of the pool, idle and outside any transaction, and the queue it goes
+        back to (give it back with ``put_nowait`` whatever happens).
 
         One that is broken, or that a cancelled caller left with a command still in progress
         (a task cancelled while awaiting the server), is closed and replaced: handed out again,
@@ -161,10 +162,12 @@ class PostgresLedger:
         idle = self._idle
         if idle is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
-        conn = await idle.get()
+        conn = idle.get_nowait() if not idle.empty() else await idle.get()
+        if (conn is not None and not conn.closed and not conn.broken
+                and conn.info.transaction_status == _IDLE):
+            return idle, conn   # the usual case
         try:
-            if conn is not None and (conn.closed or conn.broken
-                                     or conn.info.transaction_status != _IDLE):
+            if conn is not None:
                 if conn in self._all:
                     self._all.remove(conn)
                 stale, conn = conn, None
@@ -172,16 +175,27 @@ class PostgresLedger:
                     await stale.close()
                 except psycopg.Error:
                     pass
-            if conn is None:
-                conn = await self._connect()
+            return idle, await self._connect()
+        except BaseException:
+            idle.put_nowait(None)  # its place in the pool, to be opened by a later caller
+            raise
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """:meth:`_take` and give back, as a context."""
+        idle, conn = await self._take()
+        try:
             yield conn
         finally:
             idle.put_nowait(conn)  # to the queue it came from, even if close() dropped it
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        async with self._conn() as conn:
+        idle, conn = await self._take()
+        try:
             cur = await conn.execute(sql, params)
             return await cur.fetchall()
+        finally:
+            idle.put_nowait(conn)
 
     async def _write(self, req: Write) -> bool:
         """One statement, so one round trip and no transaction left open between statements."""
@@ -189,19 +203,27 @@ class PostgresLedger:
         assert single is not None
 
         async def once() -> bool:
-            async with self._conn() as conn:
+            idle, conn = await self._take()
+            try:
                 if self.before_write is not None:
                     await self.before_write(conn)
                 cur = await conn.execute(*single)
                 if single == req.cas:   # the head alone: its row count
                     return cur.rowcount == 1
                 row = await cur.fetchone()
+            finally:
+                idle.put_nowait(conn)
             return row is not None and int(row[0]) == 1
 
         def busy() -> None:
             self.busy_retries += 1
 
         try:
+            try:
+                return await once()   # the usual case: no other session holds the work
+            except _RETRY:
+                busy()
+                await asyncio.sleep(0.001)
             return await while_busy(once, self.options["timeout"], busy)
         except _RETRY as exc:
             raise BackendUnavailable(
