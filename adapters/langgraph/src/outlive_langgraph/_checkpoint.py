@@ -20,11 +20,10 @@ token may still write before letting LangGraph's write through.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
@@ -35,9 +34,11 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    get_checkpoint_id,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
 from outlive.backend import Backend
 from outlive.errors import ConfigError, NotFound
@@ -209,7 +210,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
     Each write is one call in aiosqlite's thread: ``BEGIN IMMEDIATE``, read the work through the
     core's SQL ledger store, ask the ledger, the saver's own ``INSERT`` (the same statements as
     ``AsyncSqliteSaver``), ``COMMIT``. No admission can commit in between, and a refused write
-    leaves nothing. Reads are the saver's own.
+    leaves nothing. Reads are the saver's own statements (``aget_tuple``'s as one call).
     """
 
     def __init__(self, conn: aiosqlite.Connection, store: SqliteLedgerStore) -> None:
@@ -217,19 +218,19 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         TaskWrites.__init__(self)
         #: The core's SQL ledger store on the same file: the fence reads the work through it.
         self.store = store
-        #: One write at a time on this connection (the ledger's transactions take it too).
-        self.write_lock = asyncio.Lock()
 
     async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, one write at a time.
+        """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, as one call.
 
-        ``_execute``/``_conn`` are aiosqlite's own way to run a function in its thread (the
-        version range in pyproject.toml keeps them).
+        aiosqlite's thread runs one call at a time, in the order asked: a transaction begun
+        and ended inside ``fn`` needs no lock of its own, and calls asked while one runs are
+        queued in the thread, not on the event loop (so they run back to back). ``_execute``/
+        ``_conn`` are aiosqlite's own way to run a function in its thread (the version range
+        in pyproject.toml keeps them).
         """
         raw = self.conn
         run: Callable[[Callable[[], Any]], Awaitable[Any]] = raw._execute
-        async with self.write_lock:
-            return await run(lambda: fn(raw._conn))
+        return await run(lambda: fn(raw._conn))
 
     def _owners(self, conn: sqlite3.Connection, work_id: str) -> WorkState | None:
         """The work as the owner check needs it, inside the write's transaction.
@@ -302,14 +303,71 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
                 for idx, (channel, value) in enumerate(writes)]
         await self._fenced(config, _PUT_WRITES % ("REPLACE" if special else "IGNORE"), rows, stray)
 
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``AsyncSqliteSaver.aget_tuple``'s reads as one call in the connection's thread.
+
+        The same two statements (the checkpoint, then its pending writes), in one hand-off
+        instead of five (cursor, execute, fetch, execute, fetch); LangGraph calls this at the
+        start of every invocation.
+        """
+        if not self.is_setup:
+            await self.setup()
+        conf = config["configurable"]
+        checkpoint_ns = conf.get("checkpoint_ns", "")
+        thread = str(conf["thread_id"])
+        wanted = get_checkpoint_id(config)
+        writes_sql = pending_writes_sql(self._has_task_path)
+
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any]]:
+            if wanted:
+                row = conn.execute(_GET, (thread, checkpoint_ns, wanted)).fetchone()
+            else:
+                row = conn.execute(_GET_LATEST, (thread, checkpoint_ns)).fetchone()
+            if row is None:
+                return None, []
+            return row, conn.execute(writes_sql, (thread, checkpoint_ns, str(row[1]))).fetchall()
+
+        row, writes = await self.in_thread(read)
+        if row is None:
+            return None
+        thread_id, checkpoint_id, parent_checkpoint_id, type_, checkpoint, metadata = row
+        if not wanted:
+            config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
+                                       "checkpoint_id": checkpoint_id}}
+        return CheckpointTuple(
+            config,
+            self.serde.loads_typed((type_, checkpoint)),
+            cast(CheckpointMetadata, json.loads(metadata) if metadata is not None else {}),
+            ({"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
+                               "checkpoint_id": parent_checkpoint_id}}
+             if parent_checkpoint_id else None),
+            load_pending_writes(writes, self.serde),
+        )
+
     async def adelete_thread(self, thread_id: str) -> None:
-        async with self.write_lock:
-            await super().adelete_thread(thread_id)
+        """The saver's two deletes, as one transaction in one call."""
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM checkpoints WHERE thread_id = ?", (str(thread_id),))
+                conn.execute("DELETE FROM writes WHERE thread_id = ?", (str(thread_id),))
+                conn.commit()
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+
+        await self.in_thread(tx)
 
 
 # The statements of LangGraph's AsyncSqliteSaver (langgraph-checkpoint-sqlite 3.x), so that the
 # fence check and the write run as one call in the connection's thread.
 _HEAD_SEQ = "SELECT seq FROM outlive_works WHERE work_id = ?"
+_GET = ("SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
+        "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?")
+_GET_LATEST = ("SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
+               "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+               "ORDER BY checkpoint_id DESC LIMIT 1")
 _PUT = ("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
         "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)")
 _DELETE_TASK_WRITES = ("DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND "
