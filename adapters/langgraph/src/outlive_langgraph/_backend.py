@@ -67,6 +67,20 @@ def step_thread_id(work_id: str, attempt: int) -> str:
     return f"outlive:{work_id}:{attempt}"
 
 
+#: ``run_step``'s bodies while they run, by a random key (only the key enters the checkpoint).
+_BODIES: dict[str, Callable[[], Awaitable[Any]]] = {}
+
+
+async def outlive_step_body(key: str) -> Any:
+    """The one task of ``run_step``'s program: the body registered under ``key``.
+
+    A module-level function, so that LangGraph finds it by its name and builds its runnable
+    once (``get_runnable_for_task`` caches only such functions; for any other it inspects the
+    signature and builds a new one on every call, ~0.1 ms).
+    """
+    return await _BODIES[key]()
+
+
 class LangGraphBackend(Backend):
     """Shared part: the step program (an ``@entrypoint`` around one ``@task``) and ``run_step``."""
 
@@ -78,7 +92,6 @@ class LangGraphBackend(Backend):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.durability: Durability = parse_url(url, self.store_options).durability
-        self._bodies: dict[str, Callable[[], Awaitable[Any]]] = {}
         self._program: Pregel[Any, Any, Any, Any] | None = None
 
     # -- the engine side -----------------------------------------------------------------------
@@ -100,13 +113,8 @@ class LangGraphBackend(Backend):
         save it, grow with each step.
         """
         if self._program is None:
-            bodies = self._bodies
-
-            async def run_body(key: str) -> Any:
-                return await bodies[key]()
-
             # No retry policy: a retried body would be a second model call the ledger never saw.
-            body: Any = task(name="outlive_step_body")(run_body)  # type: ignore[arg-type]
+            body: Any = task(name="outlive_step_body")(outlive_step_body)  # type: ignore[arg-type]
 
             @entrypoint(checkpointer=self.checkpointer)
             async def outlive_step(call: dict[str, str]) -> None:
@@ -225,7 +233,7 @@ class LangGraphBackend(Backend):
             out.append(result)
             return result
 
-        self._bodies[key] = keep
+        _BODIES[key] = keep
         # No owner keys: this one-task program's thread belongs to one attempt, so nothing can
         # fork it, and its writes are not the user's. The fenced write is the journal entry.
         config: RunnableConfig = {
@@ -240,7 +248,7 @@ class LangGraphBackend(Backend):
                 raise
             raise mapped from exc
         finally:
-            self._bodies.pop(key, None)
+            _BODIES.pop(key, None)
 
 
 class _Ledger(Protocol):
