@@ -116,3 +116,16 @@ def test_an_input_key_of_a_lone_surrogate_is_refused() -> None:
     with pytest.raises(InvalidRecord):
         input_key("s", {"a\udc00": "b"})
     assert not hashing._KEYS
+
+
+@pytest.mark.parametrize("value", [
+    {"r": "x"}, [], {}, None, True, 0, -(2 ** 63), "é\u2028\"\\", [1, ("a", None), {"z": [], "a": {"é": 1}}],
+    {"b": 1, "a": 2, "A": 3, "ä": 4, "": 5}, ["\U0001f600" * 3, "\x00"], [[[[[]]]]],
+])
+def test_the_encoder_built_once_writes_what_the_json_encoder_writes(value: object) -> None:
+    """Canonical text comes from the C encoder built once (no cycle-check dict per call): the
+    same text as the standard encoder's, and the ledger's size is that text's UTF-8 length."""
+    from outlive import hashing
+
+    assert hashing._text_of(value) == hashing._CANONICAL.encode(value)
+    assert hashing._canonical_size(value) == len(canonical(value))

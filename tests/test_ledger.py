@@ -110,6 +110,14 @@ def test_oversized_results_are_refused_with_the_limit() -> None:
         L.apply(opened(), write("s1", V1["s1"], 1, 41, result="x" * (L.MAX_PAYLOAD_BYTES + 1)),
                 work_id="w")
     assert info.value.details["limit"] == L.MAX_PAYLOAD_BYTES
+    assert "result of step 's1'" in info.value.message
+
+
+def test_a_result_is_sized_in_utf8_bytes_not_characters() -> None:
+    wide = "é" * (L.MAX_PAYLOAD_BYTES // 2)      # half as many characters as the limit, 2 bytes each
+    with pytest.raises(E.PayloadTooLarge) as info:
+        L.apply(opened(), write("s1", V1["s1"], 1, 41, result=wide), work_id="w")
+    assert info.value.details["size"] == L.MAX_PAYLOAD_BYTES + 2     # and its two quotes
 
 
 def _candidate(st: WorkState, attempt: int, token: int, version: str | None) -> L.SubmitCandidate:

@@ -102,12 +102,34 @@ def _check(value: Any, path: str, depth: int) -> None:
 
 #: Built once: ``json.dumps`` with non-default options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+#: The C encoder ``_CANONICAL.encode`` builds on every call (with a dict of the objects it is in,
+#: to refuse cycles), built once without that dict: :func:`check_json` has already refused any
+#: value nested too deep, and a cycle is one.
+_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_ENCODER = (_make_encoder(None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",",
+                          True, False, True) if _make_encoder is not None else None)
+
+
+def _text_of(value: Any) -> str:
+    """The canonical text of a value :func:`check_json` accepted: ``_CANONICAL.encode(value)``."""
+    if type(value) is str:
+        return json.encoder.encode_basestring(value)
+    if _ENCODER is None:  # pragma: no cover
+        return _CANONICAL.encode(value)
+    return "".join(_ENCODER(value, 0))
 
 
 def canonical(value: Any) -> bytes:
     """The canonical byte form of a JSON-like value (raises InvalidRecord for anything else)."""
     check_json(value)
-    return _CANONICAL.encode(value).encode("utf-8")
+    return _text_of(value).encode("utf-8")
+
+
+def _canonical_size(value: Any) -> int:
+    """``len(canonical(value))`` for a value already checked (:func:`check_json`, or a command's
+    field checks): the ledger sizes what it has just checked, so it does not check again."""
+    text = _text_of(value)
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def content_hash(value: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Union
 from . import errors as E
 from ._check import check_fields, check_id
 from ._clone import clone, evolve
-from .hashing import _result_hash, canonical, content_hash, input_key
+from .hashing import _canonical_size, _result_hash, canonical, content_hash, input_key
 from .records import (
     Acceptance,
     Attempt,
@@ -418,11 +418,15 @@ def check_size(value: Any, what: str) -> int:
     """Raise :class:`~outlive.errors.PayloadTooLarge` if ``value`` is over the limit; its size."""
     n = len(canonical(value))
     if n > MAX_PAYLOAD_BYTES:
-        raise E.PayloadTooLarge(
-            f"{what} is {n} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes: store a reference",
-            size=n, limit=MAX_PAYLOAD_BYTES,
-        )
+        raise _too_large(n, what)
     return n
+
+
+def _too_large(n: int, what: str) -> E.PayloadTooLarge:
+    return E.PayloadTooLarge(
+        f"{what} is {n} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes: store a reference",
+        size=n, limit=MAX_PAYLOAD_BYTES,
+    )
 
 
 def accepted(state: WorkState, digest: str, contract: Contract) -> Acceptance | None:
@@ -453,8 +457,12 @@ def key_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def _size(value: Any, what: str) -> None:
-    check_size(value, what)
+def _size(value: Any, what: str, name: str | None = None) -> None:
+    """:func:`check_size` of a field of a checked command (its values are JSON already);
+    ``what`` is formatted with ``name`` only for the error."""
+    n = _canonical_size(value)
+    if n > MAX_PAYLOAD_BYTES:
+        raise _too_large(n, what.format(name))
 
 
 def _owner(state: WorkState, attempt_no: int, token: int, secret: str | None) -> Attempt:
@@ -568,7 +576,7 @@ def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
         if name not in w.sources:
             raise E.InvalidRecord(f"step {w.step!r} declares {name!r} external but does not read it",
                                   field="external", step=w.step)
-    _size(w.result, f"result of step {w.step!r}")
+    _size(w.result, "result of step {!r}", w.step)
     if state.policy.pins and att.pinned_version is not None:
         v = state.version(att.pinned_version)
         if v is None:
@@ -912,7 +920,7 @@ def _intent(state: WorkState, cmd: RecordIntent, now: int | None) -> tuple[WorkS
     if not cmd.op_key:
         raise E.InvalidRecord("an effect needs an operation key", field="op_key")
     if cmd.payload is not None:
-        _size(cmd.payload, f"payload of {cmd.op_key!r}")
+        _size(cmd.payload, "payload of {!r}", cmd.op_key)
         if content_hash(cmd.payload) != cmd.payload_digest:
             raise E.InvalidRecord(f"the payload of {cmd.op_key!r} does not hash to its digest",
                                   field="payload", op_key=cmd.op_key)
