@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -46,7 +47,10 @@ def clone(value: Any) -> Any:
     if t in _SCALARS:
         return value
     if t is dict:
-        return {k: v if type(v) in _SCALARS else clone(v) for k, v in value.items()}
+        for v in value.values():
+            if type(v) not in _SCALARS:
+                return {k: v if type(v) in _SCALARS else clone(v) for k, v in value.items()}
+        return value.copy()   # every value a scalar: a shallow copy shares nothing that changes
     if t is list:
         return [v if type(v) in _SCALARS else clone(v) for v in value]
     if t is tuple:
@@ -60,28 +64,47 @@ def clone(value: Any) -> Any:
             changed = changed or c is not v
             items.append(c)
         return tuple(items) if changed else value
-    if isinstance(value, Enum):
-        return value
+    copier = _COPIERS.get(t)
+    if copier is None:
+        copier = _COPIERS[t] = _copier(t)
+    return copier(value)
+
+
+#: Per type met in a value: how to copy it (a record's compiled copier, or ``copy.deepcopy``).
+_COPIERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _copier(t: type) -> Callable[[Any], Any]:
+    """How :func:`clone` copies a ``t``: an enum member is shared, a plain frozen record by a
+    function compiled for its class (each field named in its code: no loop over the field
+    names, no look-up of them per call), anything else by ``copy.deepcopy``.
+
+    A record's field holding a scalar is shared, anything else cloned; the record is rebuilt
+    only if something inside it was copied, and shared otherwise (it is immutable)."""
+    if issubclass(t, Enum):
+        return _same
     names = _fields(t)
-    if names is None:
-        return copy.deepcopy(value)
-    attrs = value.__dict__
-    copied: dict[str, Any] | None = None
-    for name in names:
-        old = attrs[name]
-        if type(old) in _SCALARS:
-            continue
-        new = clone(old)
-        if new is not old:
-            if copied is None:
-                copied = {}
-            copied[name] = new
-    if copied is None:
-        return value  # nothing inside can change in place: the record itself is immutable
-    out = object.__new__(t)
-    out.__dict__.update(attrs)
-    out.__dict__.update(copied)
-    return out
+    if names is None or not all(n.isidentifier() for n in names):
+        return copy.deepcopy
+    lines = ["def copier(value):", "    a = value.__dict__"]
+    for i, name in enumerate(names):
+        lines.append(f"    x{i} = a[{name!r}]")
+        lines.append(f"    y{i} = x{i} if type(x{i}) in S else CLONE(x{i})")
+    same = " and ".join(f"y{i} is x{i}" for i in range(len(names))) or "True"
+    lines.append(f"    if {same}:")
+    lines.append("        return value")
+    lines.append("    out = NEW(T)")
+    lines.append("    d = out.__dict__")
+    lines += [f"    d[{name!r}] = y{i}" for i, name in enumerate(names)]
+    lines.append("    return out")
+    env: dict[str, Any] = {"S": _SCALARS, "CLONE": clone, "NEW": object.__new__, "T": t}
+    exec("\n".join(lines), env)   # the field names of a dataclass, identifiers (checked above)
+    copier: Callable[[Any], Any] = env["copier"]
+    return copier
 
 
 def evolve(record: T, **changes: Any) -> T:
