@@ -60,3 +60,39 @@ def test_evolve_is_replace_for_records() -> None:
             object.__setattr__(self, "b", self.a * 2)
 
     assert evolve(Derived(1), a=3).b == 6   # type: ignore[attr-defined]
+
+
+def test_a_quick_init_builds_the_same_record_as_the_dataclass_one() -> None:
+    """Records get an ``__init__`` that fills their dict directly: the same signature, defaults,
+    default factories and refusals as the one ``dataclasses`` writes, and still frozen."""
+    import dataclasses
+    import inspect
+
+    from outlive._clone import quick_init
+
+    @dataclass(frozen=True, kw_only=True)
+    class Rec:
+        a: int
+        b: list[int] = dataclasses.field(default_factory=list)
+        c: str = "x"
+
+    before, signature = Rec(a=1), inspect.signature(Rec)
+    assert quick_init(Rec) is Rec and Rec.__init__ is not None
+    assert str(inspect.signature(Rec)) == str(signature)
+    assert Rec(a=1) == before and Rec(a=2, b=[3], c="y") == dataclasses.replace(before, a=2, b=[3], c="y")
+    assert Rec(a=1).b is not Rec(a=1).b                  # a fresh default from the factory
+    for bad in ({}, {"a": 1, "d": 2}):
+        with pytest.raises(TypeError):
+            Rec(**bad)
+    with pytest.raises(TypeError):
+        Rec(1)  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Rec(a=1).a = 2  # type: ignore[misc]
+    assert [f.name for f in dataclasses.fields(Rec)] == list(vars(Rec(a=1)))   # field order
+
+    @dataclass(frozen=True)
+    class Positional:
+        a: int
+
+    init = Positional.__init__
+    assert quick_init(Positional).__init__ is init       # not one it can serve: left alone

@@ -20,9 +20,9 @@ import copy
 import dataclasses
 from collections.abc import Callable
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-__all__ = ["clone", "evolve"]
+__all__ = ["clone", "evolve", "quick_init"]
 
 _SCALARS = frozenset({str, int, bool, float, bytes, type(None)})
 #: Per record class: the names of its fields, or None if it is not a plain frozen dataclass.
@@ -126,3 +126,54 @@ def evolve(record: T, **changes: Any) -> T:
     out.__dict__.update(record.__dict__)
     out.__dict__.update(changes)
     return out
+
+
+class _Factory:
+    """The default of a field with a ``default_factory``, in a quick ``__init__``'s signature."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+def quick_init(cls: type[T]) -> type[T]:
+    """Give a frozen ``kw_only`` dataclass an ``__init__`` that fills its ``__dict__`` directly.
+
+    The one ``dataclasses`` writes sets each field through ``object.__setattr__`` (the class
+    refuses ``setattr``), about twice the cost; records are built several times per command.
+    Same signature, defaults and default factories, same instance; a class this cannot serve as
+    is (positional fields, ``__post_init__``, ``__slots__``, ``init=False`` fields) is left alone.
+    """
+    params = getattr(cls, "__dataclass_params__", None)
+    fields = dataclasses.fields(cast(Any, cls)) if params is not None else ()
+    if (params is None or not params.frozen or hasattr(cls, "__post_init__")
+            or hasattr(cls, "__slots__") or "__init__" not in vars(cls)
+            or any(not f.init or not f.kw_only or not f.name.isidentifier()
+                   or f.name in ("self", "FACTORY", "fields_")
+                   or f.name.startswith(("default_", "factory_")) for f in fields)):
+        return cls
+    env: dict[str, Any] = {"FACTORY": _FACTORY}
+    signature, lines = [], []
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            env[f"default_{f.name}"] = f.default
+            signature.append(f"{f.name}=default_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            env[f"factory_{f.name}"] = f.default_factory
+            signature.append(f"{f.name}=FACTORY")
+            lines.append(f"    if {f.name} is FACTORY:\n        {f.name} = factory_{f.name}()")
+        else:
+            signature.append(f.name)
+    lines.append("    fields_ = self.__dict__")
+    lines += [f"    fields_[{f.name!r}] = {f.name}" for f in fields]
+    head = "def __init__(self, *, " + ", ".join(signature) + "):" if fields else "def __init__(self):"
+    exec("\n".join([head, *lines, "    return None"]), env)   # identifiers of our own fields
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__doc__ = vars(cls)["__init__"].__doc__
+    init.__annotations__ = dict(vars(cls)["__init__"].__annotations__)
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls

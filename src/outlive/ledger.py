@@ -16,7 +16,7 @@ from typing import Any, Union
 
 from . import errors as E
 from ._check import check_fields, check_id
-from ._clone import clone, evolve
+from ._clone import clone, evolve, quick_init
 from .hashing import _canonical_size, _result_hash, canonical, content_hash, input_key
 from .records import (
     Acceptance,
@@ -275,6 +275,13 @@ class Outcome:
     kind: str
     record: Any = None
     seq: int = 0
+
+
+# Commands and outcomes are built once or twice per command: the quicker ``__init__`` (same
+# signature) of the records.
+for _cls in (*COMMANDS, StepWrite, Outcome):
+    quick_init(_cls)
+del _cls
 
 
 # -- derived identifiers -----------------------------------------------------------------------

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ._clone import quick_init
+
 __all__ = [
     "Acceptance",
     "Attempt",
@@ -270,6 +272,13 @@ class WorkState:
     @property
     def latest_acceptance(self) -> Acceptance | None:
         return self.acceptances[-1] if self.acceptances else None
+
+
+# Records are built several times per command: each gets the quicker ``__init__`` (same signature).
+for _cls in (Policy, InputVersion, Attempt, JournalEntry, Part, Candidate, Contract, Acceptance,
+                Receipt, Effect, WorkState):
+    quick_init(_cls)
+del _cls
 
 
 class JournalIndex:
