@@ -238,15 +238,14 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _encode_entry(e: JournalEntry) -> tuple[Any, bytes]:
-    """A journal entry as :func:`_write` stores it: its encoded form and that form's JSON."""
-    enc = codec.encode(e)
-    return enc, _json(enc)
+def _encode_entry(e: JournalEntry) -> bytes:
+    """A journal entry as :func:`_write` stores it (the JSON of its encoded form)."""
+    return _json(codec.encode(e))
 
 
 def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
            wrote: list[bytes] | None = None,
-           known: Mapping[int, tuple[Any, bytes]] | None = None) -> _View:
+           known: Mapping[int, bytes] | None = None) -> _View:
     """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core.
 
     Returns the view of what is now stored (``new`` itself as the state). ``wrote`` gets the
@@ -267,8 +266,12 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
     entries: list[bytes] = []
     for k, e in enumerate(added):
         hit = known.get(id(e)) if known is not None else None
-        last, raw_entry = hit if hit is not None else _encode_entry(e)
-        entries.append(raw_entry)
+        if hit is None:
+            last = codec.encode(e)
+            hit = _json(last)
+        else:
+            last = None     # the core encodes it again, if it is the last
+        entries.append(hit)
         ctx.set(f"r/{e.result_id}", b"%d,%d" % (n + k, n), serde=_B)
     if added:
         batch = b'{"@l":[' + b",".join(entries) + b"]}"
