@@ -170,6 +170,8 @@ _INT = int.__repr__
 #: Per record class: a function writing one of its values as text, compiled once.
 _TEXT: dict[type, Any] = {}
 _ENUM_TEXT: dict[Any, str] = {}
+#: The same texts by the member's id: hashing a member runs Enum.__hash__, a Python call.
+_ENUM_ID_TEXT: dict[int, str] = {}
 
 
 def dumps(value: Any) -> str:
@@ -220,21 +222,18 @@ def _text(value: Any, depth: int) -> str:
     fn = _TEXT.get(t)
     if fn is not None:
         return fn(value, depth)  # type: ignore[no-any-return]
-    d = depth + 1
     if t is tuple:
-        return '{"@l":[' + ",".join([_STR(v) if type(v) is str else _text(v, d)
-                                     for v in value]) + "]}"
+        return _tuple_text(value, depth)
     if t is dict:
-        return '{"@d":{' + ",".join([
-            _STR(k if type(k) is str else str(k)) + ":"
-            + (_STR(v) if type(v) is str else _INT(v) if type(v) is int else _text(v, d))
-            for k, v in value.items()]) + "}}"
+        return _dict_text(value, depth)
     if t is list:
+        d = depth + 1
         return "[" + ",".join([_STR(v) if type(v) is str else _text(v, d) for v in value]) + "]"
     if isinstance(value, Enum) and type(value.value) in (str, int):
         text = _ENUM_TEXT.get(value)
         if text is None:
             text = _ENUM_TEXT[value] = _JSON.encode(encode(value, depth))
+            _ENUM_ID_TEXT[id(value)] = text   # members live as long as their class
         return text
     if (dataclasses.is_dataclass(value) and not isinstance(value, type)
             and not hasattr(t, "__slots__")
@@ -242,6 +241,21 @@ def _text(value: Any, depth: int) -> str:
         fn = _TEXT[t] = _compile_text(t)
         return fn(value, depth)  # type: ignore[no-any-return]
     return _JSON.encode(encode(value, depth))
+
+
+def _tuple_text(value: tuple[Any, ...], depth: int) -> str:
+    """A tuple at ``depth`` (below the nesting limit), as :func:`_text` writes it."""
+    d = depth + 1
+    return '{"@l":[' + ",".join([_STR(v) if type(v) is str else _text(v, d) for v in value]) + "]}"
+
+
+def _dict_text(value: dict[Any, Any], depth: int) -> str:
+    """A dict at ``depth`` (below the nesting limit), as :func:`_text` writes it."""
+    d = depth + 1
+    return '{"@d":{' + ",".join([
+        _STR(k if type(k) is str else str(k)) + ":"
+        + (_STR(v) if type(v) is str else _INT(v) if type(v) is int else _text(v, d))
+        for k, v in value.items()]) + "}}"
 
 
 def _compile_text(t: type, blank: tuple[str, ...] = ()) -> Any:
@@ -254,7 +268,8 @@ def _compile_text(t: type, blank: tuple[str, ...] = ()) -> Any:
         hints = {}
     lines = ["def text(value, depth):", "    a = value.__dict__", "    d = depth + 1"]
     parts = []
-    scope: dict[str, Any] = {"S": _STR, "I": _INT, "X": _text, "ENUMS": _ENUM_TEXT}
+    scope: dict[str, Any] = {"S": _STR, "I": _INT, "X": _text, "EIDS": _ENUM_ID_TEXT,
+                             "DT": _dict_text, "TT": _tuple_text, "M": _MAX_NESTING}
     for i, n in enumerate(names):
         lead = ('{"@t":' + _STR(t.__name__) + ',"v":{') if i == 0 else ","
         parts.append(repr(lead + _STR(n) + ":"))
@@ -264,11 +279,25 @@ def _compile_text(t: type, blank: tuple[str, ...] = ()) -> Any:
         lines.append(f"    x{i} = a[{n!r}]")
         x = f"x{i}"
         tp = hints.get(n)
+        # Each field's usual type written inline, anything else by X (the same text, checked).
         if isinstance(tp, type) and issubclass(tp, Enum):   # a member's text, once known
             scope[f"E{i}"] = tp
-            parts.append(f"((type({x}) is E{i} and ENUMS.get({x})) or X({x}, d))")
+            parts.append(f"((type({x}) is E{i} and EIDS.get(id({x}))) or X({x}, d))")
+        elif tp is str:
+            parts.append(f"(S({x}) if type({x}) is str else X({x}, d))")
+        elif tp is int:
+            parts.append(f"(I({x}) if type({x}) is int else X({x}, d))")
+        elif tp is bool:
+            parts.append(f"('true' if {x} is True else 'false' if {x} is False else X({x}, d))")
+        elif tp == (str | None):
+            parts.append(f"(S({x}) if type({x}) is str else 'null' if {x} is None else X({x}, d))")
+        elif tp == (int | None):
+            parts.append(f"(I({x}) if type({x}) is int else 'null' if {x} is None else X({x}, d))")
+        elif typing.get_origin(tp) is dict:
+            parts.append(f"(DT({x}, d) if type({x}) is dict and d < M else X({x}, d))")
         elif typing.get_origin(tp) is tuple:
-            parts.append(f"('{{\"@l\":[]}}' if type({x}) is tuple and not {x} else X({x}, d))")
+            parts.append(f"('{{\"@l\":[]}}' if type({x}) is tuple and not {x} else "
+                         f"TT({x}, d) if type({x}) is tuple and d < M else X({x}, d))")
         else:
             parts.append(f"(S({x}) if type({x}) is str else I({x}) if type({x}) is int "
                          f"else 'null' if {x} is None else X({x}, d))")
