@@ -205,7 +205,7 @@ class Read:
     params: tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Write:
     """One short transaction: ``cas`` must change exactly one row, then ``rows`` are appended.
 
