@@ -17,7 +17,9 @@ machine a load spike of a few hundred milliseconds lands on one side of a round)
 * **StateGraph node**: one node run N times (one superstep each), plain node vs
   ``outlive_node``; the per-step cost is the invocation's wall time over N.
 * **one invocation per step**: ``Worker.step`` through ``Backend.run_step`` (what the
-  conformance harness drives) vs a raw one-task ``ainvoke`` per step.
+  conformance harness drives; an ``@entrypoint`` that runs the body) vs a raw ``ainvoke`` per
+  step of an ``@entrypoint`` around one ``@task``, and of an ``@entrypoint`` that runs the
+  body itself (the same shape as outlive's), each its own row.
 
 On ``langgraph+sqlite``, ``langgraph+memory`` and ``langgraph+postgres`` (a throwaway server),
 then the 864-run sweep on ``langgraph+sqlite``. Writes ``.bench/langgraph.json``::
@@ -218,9 +220,12 @@ async def node_loop(url: str, n: int, rounds: int, d: str) -> dict[str, Any]:
 
 
 async def per_invocation(url: str, n: int, rounds: int, durability: Durability,
-                         d: str) -> dict[str, Any]:
-    """``Worker.step`` (one invocation of the backend's one-task program) vs a raw one-task
-    ``ainvoke`` per step under the user's own saver; ratio of medians per round."""
+                         d: str) -> dict[str, dict[str, Any]]:
+    """``Worker.step`` (one invocation of the backend's one-task program: an ``@entrypoint``
+    that runs the body) vs a raw ``ainvoke`` per step under the user's own saver, two raw
+    shapes: an ``@entrypoint`` around one ``@task`` (the step as a Functional API task), and
+    an ``@entrypoint`` that runs the body itself (the program's own shape). Ratio of medians
+    per round."""
     async with _attempt(url, "bench-b") as (b, w):
         await w.start()
 
@@ -233,23 +238,37 @@ async def per_invocation(url: str, n: int, rounds: int, durability: Durability,
             async def raw_prog(i: int) -> dict[str, int]:
                 return await one(i)
 
+            @entrypoint(checkpointer=user_saver)
+            async def raw_entry(i: int) -> dict[str, int]:
+                return {"i": i}
+
             cfg: RunnableConfig = {"configurable": {"thread_id": "bench-raw-inv"}}
+            cfg_entry: RunnableConfig = {"configurable": {"thread_id": "bench-raw-entry"}}
             await raw_prog.ainvoke(-1, cfg, durability=durability)
-            raw_all, out_all, ratios = [], [], []
+            await raw_entry.ainvoke(-1, cfg_entry, durability=durability)
+            raw_all, entry_all, out_all, ratios, entry_ratios = [], [], [], [], []
             for r in range(rounds):
                 raw_t: Timed = []
+                entry_t: Timed = []
                 out_t: Timed = []
                 for i in range(r * n, (r + 1) * n):
                     t0 = time.perf_counter()
                     await raw_prog.ainvoke(i, cfg, durability=durability)
                     raw_t.append(time.perf_counter() - t0)
                     t0 = time.perf_counter()
+                    await raw_entry.ainvoke(i, cfg_entry, durability=durability)
+                    entry_t.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
                     await w.step(f"s{i}", lambda i: {"i": i}, i=External(i))
                     out_t.append(time.perf_counter() - t0)
                 raw_all += raw_t
+                entry_all += entry_t
                 out_all += out_t
                 ratios.append(statistics.median(out_t) / statistics.median(raw_t))
-    return _summary("raw_invoke", raw_all, "outlive_worker_step", out_all, ratios)
+                entry_ratios.append(statistics.median(out_t) / statistics.median(entry_t))
+    return {"task": _summary("raw_invoke", raw_all, "outlive_worker_step", out_all, ratios),
+            "entry": _summary("raw_entrypoint_invoke", entry_all, "outlive_worker_step", out_all,
+                              entry_ratios)}
 
 
 async def sweep_time(url: str) -> dict[str, Any]:
@@ -272,8 +291,9 @@ async def _shapes(url: Callable[[str], str], name: str, n: int, rounds: int, d: 
     report[f"in_entrypoint_per_call/{name}/sync"] = entry["per_call"]
     report[f"node/{name}/sync"] = await node_loop(url("n"), n, rounds, d)
     # One invocation per step costs a few commits each: a quarter of the steps per round.
-    report[f"per_invocation/{name}/sync"] = await per_invocation(url("b"), n // 4, rounds,
-                                                                 "sync", d)
+    inv = await per_invocation(url("b"), n // 4, rounds, "sync", d)
+    report[f"per_invocation/{name}/sync"] = inv["task"]
+    report[f"per_invocation_vs_entry/{name}/sync"] = inv["entry"]
 
 
 async def _main(n: int, rounds: int, out: Path | None, do_sweep: bool,

@@ -2,7 +2,7 @@
 
 LangGraph builds a task's runnable (signature inspection, a channel writer) on every call unless
 it can find the task's function by module and qualified name; then it keeps the one it built.
-``run_step``'s body task and a module-level ``outlive_task`` are found that way.
+A module-level ``outlive_task`` is found that way.
 """
 
 from __future__ import annotations
@@ -10,16 +10,11 @@ from __future__ import annotations
 from langgraph.pregel._call import get_runnable_for_task
 
 from outlive_langgraph import outlive_task
-from outlive_langgraph._backend import outlive_step_body
 
 
 @outlive_task(external=("i",))
 async def module_step(i: int) -> dict[str, int]:
     return {"i": i}
-
-
-def test_run_steps_task_is_built_once() -> None:
-    assert get_runnable_for_task(outlive_step_body) is get_runnable_for_task(outlive_step_body)
 
 
 def test_a_module_level_outlive_task_is_built_once() -> None:

@@ -14,10 +14,10 @@ the core's own:
 
 The graph-side shape (the user's ``@entrypoint`` or ``StateGraph`` on the user's thread) is in
 :mod:`._engine`. ``run_step`` is the external-worker shape the conformance harness drives: each
-``Worker.step`` body runs as one ``@task`` in an invocation of a one-task program on the attempt's
-own thread ``outlive:<work>:<attempt>``. Either way a step counts as journaled only when outlive's
-fenced write has committed: LangGraph saves task results in the background, even under
-``durability="sync"``.
+``Worker.step`` body runs as the one task (the entrypoint's node) of an invocation of a one-task
+program on the attempt's own thread ``outlive:<work>:<attempt>``. Either way a step counts as
+journaled only when outlive's fenced write has committed: LangGraph saves task results in the
+background, even under ``durability="sync"``.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.func import entrypoint, task
+from langgraph.func import entrypoint
 from langgraph.pregel import Pregel
 
 from outlive._memory import MemoryBackend
@@ -42,7 +42,7 @@ from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
 from outlive.sqlstore import SCHEMA, SqliteLedgerStore, sqlite_path
 
-from ._checkpoint import FencedAsyncSqliteSaver, FencedCheckpointer, TaskWrites
+from ._checkpoint import _RETURN, FencedAsyncSqliteSaver, FencedCheckpointer, TaskWrites
 from ._config import parse_url
 from ._context import (
     INSIDE_TASK,
@@ -71,18 +71,8 @@ def step_thread_id(work_id: str, attempt: int) -> str:
 _BODIES: dict[str, Callable[[], Awaitable[Any]]] = {}
 
 
-async def outlive_step_body(key: str) -> Any:
-    """The one task of ``run_step``'s program: the body registered under ``key``.
-
-    A module-level function, so that LangGraph finds it by its name and builds its runnable
-    once (``get_runnable_for_task`` caches only such functions; for any other it inspects the
-    signature and builds a new one on every call, ~0.1 ms).
-    """
-    return await _BODIES[key]()
-
-
 class LangGraphBackend(Backend):
-    """Shared part: the step program (an ``@entrypoint`` around one ``@task``) and ``run_step``."""
+    """Shared part: the step program (one ``@entrypoint`` that runs the body) and ``run_step``."""
 
     #: URL options besides ``durability`` that the backend's store reads (and validates) itself.
     store_options: ClassVar[tuple[str, ...]] = ()
@@ -105,35 +95,36 @@ class LangGraphBackend(Backend):
         return FencedCheckpointer(saver, self)
 
     def _step_program(self) -> Pregel[Any, Any, Any, Any]:
-        """An ``@entrypoint`` around one ``@task`` that runs the body registered under a key.
+        """An ``@entrypoint`` that runs the body registered under a key: one task, one node.
 
-        One task name for every step (the step's name is in the invocation's input): LangGraph
-        keeps each task name it has seen in the thread's checkpoint (``versions_seen``), so a
-        name per step made every checkpoint of the attempt's thread, and the time to load and
-        save it, grow with each step.
+        The entrypoint is LangGraph's task here (its run is saved by ``put_writes`` and the
+        invocation's checkpoints, like any node's); a ``@task`` inside it would be a second
+        task per step (its own submission, callbacks and ``put_writes``: about a third of the
+        invocation's CPU) whose durability the journal already gives. One program for every
+        step (the step's name is in the invocation's input), so the attempt's thread's
+        checkpoint does not grow with each step. No retry policy: a retried body would be a
+        second model call the ledger never saw.
         """
         if self._program is None:
-            # No retry policy: a retried body would be a second model call the ledger never saw.
-            body: Any = task(name="outlive_step_body")(outlive_step_body)  # type: ignore[arg-type]
-
             @entrypoint(checkpointer=self.checkpointer)
             async def outlive_step(call: dict[str, str]) -> None:
                 # The result reaches ``run_step`` from the body, not as the program's return:
                 # a step refused at its journal entry leaves no result on the thread.
-                await body(call["key"])
+                await _BODIES[call["key"]]()
 
             self._program = outlive_step
         return self._program
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
-                                     value: Any, *, announce: bool = True) -> tuple[Outcome, bool]:
-        """Apply ``command`` and, in the same transaction, LangGraph's row for the task at
-        ``slot`` returning ``value``; ``(outcome, whether that row was written)``.
+                                     writes: Sequence[tuple[str, Any]], *,
+                                     announce: bool = True) -> tuple[Outcome, bool]:
+        """Apply ``command`` and, in the same transaction, LangGraph's rows for ``writes`` of the
+        task at ``slot``; ``(outcome, whether those rows were written)``.
 
-        The row is written only when the command writes (a no-op writes nothing). ``announce``:
-        tell the saver, so that LangGraph's own later ``put_writes`` of it is answered as done
-        (False when this *is* that ``put_writes``). This default (a store with no shared
-        transaction) writes the command alone.
+        The rows are written only when the command writes (a no-op writes nothing).
+        ``announce``: tell the saver, so that LangGraph's own later ``put_writes`` of them is
+        answered as done (False when this *is* that ``put_writes``). This default (a store with
+        no shared transaction) writes the command alone.
         """
         return await self.execute(work_id, command), False
 
@@ -146,7 +137,7 @@ class LangGraphBackend(Backend):
         ``outlive_task`` the task's row (its envelope) is written with the journal entry before
         the task returns, and the saver answers LangGraph's later ``put_writes`` of that very
         object as already committed. In ``run_step``'s one-task program LangGraph's
-        ``put_writes`` of the body's result writes the journal entry with it.
+        ``put_writes`` of the task that ran the body writes the journal entry with it.
         """
         if INSIDE_TASK.get():
             pending = PENDING_TASK_WRITE.get()
@@ -160,31 +151,30 @@ class LangGraphBackend(Backend):
                 PENDING_TASK_WRITE.reset(token)
             value = pending.make(call, result)
             outcome, wrote = await self.record_with_task_write(call.work_id, record(result),
-                                                               pending.slot, value)
+                                                               pending.slot, [(_RETURN, value)])
             if wrote:
                 pending.value.append(value)
             return result, outcome
         saver = self.checkpointer
         if not self.merges_task_writes or not isinstance(saver, TaskWrites):
             return await super().run_and_record(call, fn, record)
-        # The one-task program: the body hands its result to LangGraph at once, and the step's
-        # journal entry is committed by LangGraph's own write of that result (``put_writes``,
-        # which the saver hands to ``on_write``), with LangGraph's row, at the place LangGraph
-        # gives. LangGraph's work after the task overlaps that commit, as it does for a raw
-        # task; ``ainvoke`` returns only once the write is done (else the entry is written
-        # below), so ``Worker.step`` still returns after the commit. The program is outlive's
-        # own and only ever ``ainvoke``d: nobody is streamed the result before its commit.
+        # The one-task program: once the body returned, the step's journal entry is committed
+        # by LangGraph's own write of that task (the entrypoint's ``put_writes``, which the
+        # saver hands to ``on_write``), with LangGraph's rows, at the place LangGraph gives.
+        # ``ainvoke`` returns only once the write is done (else the entry is written below),
+        # so ``Worker.step`` still returns after the commit. The program is outlive's own and
+        # only ever ``ainvoke``d: nobody is streamed the result before its commit.
         results: list[Any] = []
         outcomes: list[Outcome] = []
         failed: list[BaseException] = []
         task_ids: list[str] = []
 
-        async def on_write(slot: TaskWrite, value: Any) -> bool:
-            if not results or value is not results[0]:
+        async def on_write(slot: TaskWrite, writes: Sequence[tuple[str, Any]]) -> bool:
+            if not results:
                 return False
             try:
                 outcome, wrote = await self.record_with_task_write(
-                    call.work_id, record(value), slot, value, announce=False)
+                    call.work_id, record(results[0]), slot, writes, announce=False)
             except BaseException as exc:
                 failed.append(exc)
                 raise
@@ -217,10 +207,10 @@ class LangGraphBackend(Backend):
         return result, await self.execute(call.work_id, record(result))
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """Run the body once as a ``@task`` in an entrypoint invocation on the attempt's thread.
+        """Run the body once as the task of an entrypoint invocation on the attempt's thread.
 
-        Inside an entrypoint that is already running (``outlive_task``), the body is already a
-        task, so it is awaited directly. The body is held in an in-process registry by a random
+        Inside an entrypoint that is already running (``outlive_task``), the body is already in
+        a task, so it is awaited directly. The body is held in an in-process registry by a random
         key: only the key crosses into the checkpoint, never the closure.
         """
         if INSIDE_TASK.get():
@@ -358,12 +348,13 @@ class LangGraphSqliteBackend(LangGraphBackend):
         return out
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
-                                     value: Any, *, announce: bool = True) -> tuple[Outcome, bool]:
-        """The core store's write transaction, with LangGraph's row added before its COMMIT."""
+                                     writes: Sequence[tuple[str, Any]], *,
+                                     announce: bool = True) -> tuple[Outcome, bool]:
+        """The core store's write transaction, with LangGraph's rows added before its COMMIT."""
         if slot is None:
             return await self.execute(work_id, command), False
         saver = self._db()
-        sql, rows = saver.task_rows(slot, value)
+        sql, rows = saver.task_rows(slot, writes)
         ledger = self._store
         wrote: list[bool] = []
 
@@ -384,7 +375,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
 
         out: Outcome = await self._in_thread(run)
         if wrote and announce:
-            saver.wrote(slot, value)
+            saver.wrote(slot, writes)
         return out, bool(wrote)
 
     async def load(self, work_id: str) -> WorkState | None:

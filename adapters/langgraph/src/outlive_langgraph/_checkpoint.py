@@ -64,58 +64,61 @@ def may_write(state: WorkState | None, work_id: str, attempt: int, token: int) -
 
 
 class TaskWrites:
-    """Task results a saver already committed in the step's journal transaction.
+    """LangGraph writes a saver already committed in a step's journal transaction.
 
-    One commit per step instead of two: the backend writes LangGraph's row for the task's
-    result together with the journal entry (:meth:`wrote` records it); when LangGraph then calls
+    One commit per step instead of two: the backend writes LangGraph's rows for a task's writes
+    together with the journal entry (:meth:`wrote` records them); when LangGraph then calls
     ``put_writes`` for that task, :meth:`claim` answers whether that exact write (same place,
-    the very object) is already committed, or which predicted row to remove before writing.
+    same channels, the very objects) is already committed, or which predicted rows to remove
+    before writing.
     """
 
     def __init__(self) -> None:
-        self.prewritten: dict[str, tuple[TaskWrite, Any]] = {}
-        #: LangGraph ``put_writes`` calls whose row shared the journal entry's transaction
+        self.prewritten: dict[str, tuple[TaskWrite, Sequence[tuple[str, Any]]]] = {}
+        #: LangGraph ``put_writes`` calls whose rows shared the journal entry's transaction
         #: (answered as already committed, or written with it; benchmarks, tests).
         self.merged = 0
-        #: Task id -> what writes that task's result row together with a journal entry when
-        #: LangGraph saves it (``run_step``'s program); answers whether it wrote the row.
-        self.on_write: dict[str, Callable[[TaskWrite, Any], Awaitable[bool]]] = {}
+        #: Task id -> what writes that task's rows together with a journal entry when LangGraph
+        #: saves them (``run_step``'s program); answers whether it wrote them.
+        self.on_write: dict[str, Callable[[TaskWrite, Sequence[tuple[str, Any]]],
+                                          Awaitable[bool]]] = {}
 
     #: Entries kept for LangGraph calls that never come (an invocation cancelled after the task
     #: returned, ``durability="exit"``); the oldest go first.
     KEEP = 4096
 
-    def wrote(self, slot: TaskWrite, value: Any) -> None:
-        self.prewritten[slot.task_id] = (slot, value)
+    def wrote(self, slot: TaskWrite, writes: Sequence[tuple[str, Any]]) -> None:
+        self.prewritten[slot.task_id] = (slot, writes)
         while len(self.prewritten) > self.KEEP:
             del self.prewritten[next(iter(self.prewritten))]
 
     async def journal_on_write(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                                task_id: str, task_path: str) -> bool:
-        """LangGraph saves a task's result that a step's journal entry waits for: write both in
-        one transaction, at the place LangGraph gives; False: write LangGraph's rows as usual."""
+        """LangGraph saves the writes of a task a step's journal entry waits for: write both in
+        one transaction, at the place LangGraph gives; False: write LangGraph's rows as usual
+        (also for LangGraph's special channels: errors, interrupts, which are never merged)."""
         hook = self.on_write.pop(task_id, None)
-        if hook is None or len(writes) != 1 or writes[0][0] != _RETURN:
+        if hook is None or not writes or any(w[0] in WRITES_IDX_MAP for w in writes):
             return False
         conf = config.get("configurable") or {}
         slot = TaskWrite(thread_id=str(conf.get("thread_id")),
                          checkpoint_ns=str(conf.get("checkpoint_ns", "")),
                          checkpoint_id=str(conf.get("checkpoint_id")), task_id=task_id,
                          task_path=task_path)
-        wrote = await hook(slot, writes[0][1])
+        wrote = await hook(slot, writes)
         if wrote:
             self.merged += 1
         return wrote
 
     def claim(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
               task_path: str) -> tuple[bool, TaskWrite | None]:
-        """``(already committed, predicted row to remove in this write's transaction)``."""
+        """``(already committed, predicted rows to remove in this write's transaction)``."""
         entry = self.prewritten.pop(task_id, None)
         if entry is None:
             return False, None
-        slot, value = entry
-        if slot.matches(config, task_path) and len(writes) == 1 and writes[0][0] == _RETURN \
-                and writes[0][1] is value:
+        slot, done = entry
+        if slot.matches(config, task_path) and len(writes) == len(done) \
+                and all(c == d and v is u for (c, v), (d, u) in zip(writes, done, strict=True)):
             self.merged += 1
             return True, None
         return False, slot
@@ -245,11 +248,15 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
             return cached.state
         return self.store.load(conn, work_id)
 
-    def task_rows(self, slot: TaskWrite, value: Any) -> tuple[str, list[tuple[Any, ...]]]:
-        """LangGraph's row for a task that returned ``value`` (what ``aput_writes`` would write)."""
-        return _PUT_WRITES % "IGNORE", [(slot.thread_id, slot.checkpoint_ns, slot.checkpoint_id,
-                                        slot.task_id, slot.task_path, 0, _RETURN,
-                                        *self.serde.dumps_typed(value))]
+    def task_rows(self, slot: TaskWrite, writes: Sequence[tuple[str, Any]]
+                  ) -> tuple[str, list[tuple[Any, ...]]]:
+        """LangGraph's statement and rows for ``writes`` of the task at ``slot`` (what
+        ``aput_writes`` would write)."""
+        special = all(w[0] in WRITES_IDX_MAP for w in writes)
+        return _PUT_WRITES % ("REPLACE" if special else "IGNORE"), [
+            (slot.thread_id, slot.checkpoint_ns, slot.checkpoint_id, slot.task_id, slot.task_path,
+             WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value))
+            for idx, (channel, value) in enumerate(writes)]
 
     async def _fenced(self, config: RunnableConfig, sql: str, rows: list[tuple[Any, ...]],
                       stray: TaskWrite | None = None) -> None:
@@ -296,12 +303,10 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         if done:
             return  # committed with the step's journal entry, in its transaction
         conf = config["configurable"]
-        special = all(w[0] in WRITES_IDX_MAP for w in writes)
-        rows = [(str(conf["thread_id"]), str(conf["checkpoint_ns"]), str(conf["checkpoint_id"]),
-                 task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel,
-                 *self.serde.dumps_typed(value))
-                for idx, (channel, value) in enumerate(writes)]
-        await self._fenced(config, _PUT_WRITES % ("REPLACE" if special else "IGNORE"), rows, stray)
+        sql, rows = self.task_rows(TaskWrite(
+            thread_id=str(conf["thread_id"]), checkpoint_ns=str(conf["checkpoint_ns"]),
+            checkpoint_id=str(conf["checkpoint_id"]), task_id=task_id, task_path=task_path), writes)
+        await self._fenced(config, sql, rows, stray)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``AsyncSqliteSaver.aget_tuple``'s reads as one call in the connection's thread.

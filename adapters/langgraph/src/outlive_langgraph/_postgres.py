@@ -41,7 +41,7 @@ from outlive.records import WorkState
 from outlive.sqlstore import Read, Write, load_flow
 
 from ._backend import _CoreLedgerBackend
-from ._checkpoint import _RETURN, TaskWrites, may_write
+from ._checkpoint import TaskWrites, may_write
 from ._context import TaskWrite, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
@@ -168,12 +168,12 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
             for table, column, type_ in await cur.fetchall():
                 self._types.setdefault(str(table), {})[str(column)] = str(type_)
 
-    def task_rows(self, slot: TaskWrite, value: Any) -> tuple[str, list[Any]]:
-        """LangGraph's rows for a task that returned ``value`` (what ``aput_writes`` would write:
-        its statement, and the rows in its column order)."""
+    def task_rows(self, slot: TaskWrite, writes: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
+        """LangGraph's rows for ``writes`` of the task at ``slot``, of regular channels (what
+        ``aput_writes`` would write: its statement, and the rows in its column order)."""
         return self.INSERT_CHECKPOINT_WRITES_SQL, self._dump_writes(
             slot.thread_id, slot.checkpoint_ns, slot.checkpoint_id, slot.task_id, slot.task_path,
-            [(_RETURN, value)])
+            writes)
 
     async def _as_owner(self, config: RunnableConfig, write: Callable[[], Awaitable[Any]]) -> Any:
         owner = owner_of(config)
@@ -386,12 +386,13 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
             raise
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
-                                     value: Any, *, announce: bool = True) -> tuple[Outcome, bool]:
-        """The ledger's write and LangGraph's row for the task in one transaction."""
+                                     writes: Sequence[tuple[str, Any]], *,
+                                     announce: bool = True) -> tuple[Outcome, bool]:
+        """The ledger's write and LangGraph's rows for the task in one transaction."""
         if slot is None or self._saver is None:
             return await self.ledger.execute(work_id, command), False
         saver = self._saver
-        sql, rows = saver.task_rows(slot, value)
+        sql, rows = saver.task_rows(slot, writes)
         wrote: list[bool] = []
         token = _ALSO.set((sql, rows, wrote))
         try:
@@ -399,7 +400,7 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         finally:
             _ALSO.reset(token)
         if wrote and announce:
-            saver.wrote(slot, value)
+            saver.wrote(slot, writes)
         return out, bool(wrote)
 
     async def close(self) -> None:
