@@ -40,6 +40,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypedDict
 
+# The entrypoint measure's steps live in a module, as an application keeps its steps (a script's
+# own functions are in ``__main__``, which LangGraph never looks tasks up in).
+from _steps import outlive_step, raw_step  # type: ignore[import-not-found]
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -48,7 +51,7 @@ from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 
 from outlive import Controller, External, Worker, open_backend
-from outlive_langgraph import Durability, LangGraphBackend, outlive_node, outlive_task, persist_for, run
+from outlive_langgraph import Durability, LangGraphBackend, outlive_node, persist_for, run
 
 Timed = list[float]
 
@@ -106,14 +109,6 @@ async def in_entrypoint(url: str, n: int, rounds: int, durability: Durability,
     async with _attempt(url, "bench-a") as (b, w):
         w.persist = persist_for(durability)
         await w.start()
-
-        @task
-        async def raw_step(i: int) -> dict[str, int]:
-            return {"i": i}
-
-        @outlive_task(external=["i"])
-        async def outlive_step(i: int) -> dict[str, int]:
-            return {"i": i}
 
         calls: Timed = []
 
