@@ -27,7 +27,8 @@ __all__ = ["clone", "evolve", "quick_init"]
 _SCALARS = frozenset({str, int, bool, float, bytes, type(None)})
 #: Per record class: the names of its fields, or None if it is not a plain frozen dataclass.
 _FIELDS: dict[type, tuple[str, ...] | None] = {}
-_NAME_SETS: dict[type, frozenset[str]] = {}
+#: Per class: whether :func:`evolve` may build it without ``__init__``.
+_PLAIN: dict[type, bool] = {}
 T = TypeVar("T")
 
 
@@ -115,16 +116,19 @@ def evolve(record: T, **changes: Any) -> T:
     skip that. Field names are checked, so a misspelt one is still an error; a class with a
     ``__post_init__`` goes through ``replace``.
     """
-    names = _NAME_SETS.get(type(record))
-    if names is None:
-        fields = _fields(type(record))
-        plain = fields is not None and not hasattr(type(record), "__post_init__")
-        names = _NAME_SETS[type(record)] = frozenset(fields) if plain and fields else frozenset()
-    if not names or not changes.keys() <= names:
+    t = type(record)
+    plain = _PLAIN.get(t)
+    if plain is None:
+        plain = _PLAIN[t] = bool(_fields(t)) and not hasattr(t, "__post_init__")
+    if not plain:
         return dataclasses.replace(record, **changes)  # type: ignore[type-var]
-    out = object.__new__(type(record))
-    out.__dict__.update(record.__dict__)
-    out.__dict__.update(changes)
+    old = record.__dict__
+    out = object.__new__(t)
+    fields = out.__dict__
+    fields.update(old)
+    fields.update(changes)
+    if len(fields) != len(old):   # a name that is not a field: replace says which
+        return dataclasses.replace(record, **changes)  # type: ignore[type-var]
     return out
 
 

@@ -153,7 +153,10 @@ def input_key(step: str, sources: dict[str, str]) -> str:
         sources = dict(sorted(sources.items()))
     elif type(step) is str:
         items = tuple(sources.items())
-        if all(type(k) is str and type(v) is str for k, v in items):
+        for k, v in items:
+            if type(k) is not str or type(v) is not str:
+                break
+        else:
             memo = (step, items)
             key = _KEYS.get(memo)
             if key is None:

@@ -543,18 +543,19 @@ def _check_against(state: WorkState, v: InputVersion, step: str, sources: dict[s
     read data the version check never sees (``text=`` the old report's section), so it is
     refused as :class:`~outlive.errors.UndeclaredInput`, with how to fix it.
     """
-    hashes = set(v.parts.values())
+    parts = v.parts
     for name, h in sources.items():
         if name in external:
             continue
-        if name in v.parts:
-            if v.parts[name] != h:
+        part = parts.get(name)
+        if part is not None:
+            if part != h:
                 raise E.VersionMismatch(
                     f"{what} read part {name!r} at {h[:8]}, but version {v.version} has "
-                    f"{v.parts[name][:8]}", step=step, part=name, version=v.version,
+                    f"{part[:8]}", step=step, part=name, version=v.version,
                 )
             continue
-        if h in hashes:
+        if h in parts.values():
             continue
         elsewhere = next((f"; it is part {part!r} of version {other.version}"
                           for other in state.inputs if other.version != v.version
