@@ -99,6 +99,13 @@ def _info(fields: dict[str, Any]) -> None:
     _event("outlive.record", fields)
 
 
+def _listening() -> bool:
+    """Whether a write's fields are wanted (INFO is logged, or a span records): a step's are
+    built only then, since this runs on every step's path."""
+    return log.isEnabledFor(logging.INFO) or (
+        _otel is not None and _otel.get_current_span().is_recording())
+
+
 def _step_fields(call: StepCall) -> dict[str, Any]:
     return {"work_id": call.work_id, "command": "RecordSteps", "attempt": call.attempt,
             "token": call.token, "step": call.step}
@@ -134,7 +141,8 @@ async def run_and_record(backend: Backend, call: StepCall, fn: Callable[[], Awai
         rejected(call.work_id, "RecordSteps", exc, attempt=call.attempt, token=call.token,
                  step=call.step)
         raise
-    _info({**_step_fields(call), "outcome": outcome.kind})
+    if _listening():
+        _info({**_step_fields(call), "outcome": outcome.kind})
     return result, outcome
 
 
@@ -148,8 +156,9 @@ async def run_and_record_many(backend: Backend, calls: list[StepCall],
         rejected(calls[0].work_id, "RecordSteps", exc,
                  steps=[c.step for c in calls], attempt=calls[0].attempt, token=calls[0].token)
         raise
-    for call in calls:
-        _info({**_step_fields(call), "outcome": "journaled"})
+    if _listening():
+        for call in calls:
+            _info({**_step_fields(call), "outcome": "journaled"})
     return results
 
 

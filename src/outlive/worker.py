@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from . import _observe
 from . import ledger as L
+from ._clone import quick_init
 from .backend import Backend, StepCall
 from .errors import (
     AttemptEnded,
@@ -73,10 +74,14 @@ class External:
 
 
 def _unwrap(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    external = [k for k, v in inputs.items() if isinstance(v, External)]
+    if not external:
+        return dict(inputs), ()
     values = {k: (v.value if isinstance(v, External) else v) for k, v in inputs.items()}
-    return values, tuple(sorted(k for k, v in inputs.items() if isinstance(v, External)))
+    return values, tuple(sorted(external))
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class StepRecord:
     """How a step was satisfied in this attempt."""
@@ -87,18 +92,25 @@ class StepRecord:
     restored: bool
 
 
-@dataclass(frozen=True)
 class _Prepared:
-    """One step, keyed and ready: its engine call, body, and the fenced write of its result."""
+    """One step, keyed and ready: its engine call, body, and the fenced write of its result.
 
-    worker: Worker
-    name: str
-    sources: dict[str, str]
-    key: str
-    rid: str
-    call: StepCall
-    body: Callable[[], Awaitable[Any]]
-    external: tuple[str, ...] = ()
+    Built once per step and never handed out: a plain class with slots, cheaper to build than a
+    frozen dataclass."""
+
+    __slots__ = ("body", "call", "external", "key", "name", "rid", "sources", "worker")
+
+    def __init__(self, worker: Worker, name: str, sources: dict[str, str], key: str, rid: str,
+                 call: StepCall, body: Callable[[], Awaitable[Any]],
+                 external: tuple[str, ...] = ()) -> None:
+        self.worker = worker
+        self.name = name
+        self.sources = sources
+        self.key = key
+        self.rid = rid
+        self.call = call
+        self.body = body
+        self.external = external
 
     def write(self, result: Any) -> L.StepWrite:
         return L.StepWrite(step=self.name, sources=self.sources, input_key=self.key,
