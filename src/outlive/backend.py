@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
+from ._clone import quick_init
 from .errors import ConfigError, MissingExtra, UnknownBackend
 from .ledger import Command, Outcome
 from .records import WorkState
@@ -55,6 +56,7 @@ def install_hint(extra: str) -> str:
     return f"pip install 'outlive[{extra}]'"
 
 
+@quick_init   # built once per step: the generated __init__ fills its __dict__ directly
 @dataclass(frozen=True, kw_only=True)
 class StepCall:
     """What an engine needs to know to run one step as its own durable step."""
