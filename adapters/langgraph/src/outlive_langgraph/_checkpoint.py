@@ -235,6 +235,21 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         run: Callable[[Callable[[], Any]], Awaitable[Any]] = raw._execute
         return await run(lambda: fn(raw._conn))
 
+    async def in_transaction(self, body: Callable[[sqlite3.Connection], None]) -> None:
+        """Run ``body`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT`` as one call in the thread,
+        rolled back if it raises, so a refused or failed write leaves nothing behind."""
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                body(conn)
+                conn.commit()
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+
+        await self.in_thread(tx)
+
     def _owners(self, conn: sqlite3.Connection, work_id: str) -> WorkState | None:
         """The work as the owner check needs it, inside the write's transaction.
 
@@ -264,23 +279,16 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
             await self.setup()
         owner = owner_of(config)
 
-        def tx(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if owner is not None:
-                    work, attempt, token = owner
-                    may_write(self._owners(conn, work), work, attempt, token)
-                if stray is not None:
-                    conn.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
-                                                       stray.checkpoint_id, stray.task_id))
-                conn.executemany(sql, rows)
-                conn.commit()
-            except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
-                raise
+        def write(conn: sqlite3.Connection) -> None:
+            if owner is not None:
+                work, attempt, token = owner
+                may_write(self._owners(conn, work), work, attempt, token)
+            if stray is not None:
+                conn.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
+                                                   stray.checkpoint_id, stray.task_id))
+            conn.executemany(sql, rows)
 
-        await self.in_thread(tx)
+        await self.in_transaction(write)
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
@@ -351,18 +359,11 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
 
     async def adelete_thread(self, thread_id: str) -> None:
         """The saver's two deletes, as one transaction in one call."""
-        def tx(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("DELETE FROM checkpoints WHERE thread_id = ?", (str(thread_id),))
-                conn.execute("DELETE FROM writes WHERE thread_id = ?", (str(thread_id),))
-                conn.commit()
-            except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
-                raise
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM checkpoints WHERE thread_id = ?", (str(thread_id),))
+            conn.execute("DELETE FROM writes WHERE thread_id = ?", (str(thread_id),))
 
-        await self.in_thread(tx)
+        await self.in_transaction(delete)
 
 
 # The statements of LangGraph's AsyncSqliteSaver (langgraph-checkpoint-sqlite 3.x), so that the
