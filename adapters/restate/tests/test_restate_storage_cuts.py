@@ -291,7 +291,96 @@ async def test_a_ledger_of_another_layout_is_refused_not_misread() -> None:
     ctl = Controller(b, clock=lambda: 1)
     await ctl.open_work("cuts/old")
     core = json.loads(b.data["core"])
-    assert core.pop("v") == 2
+    assert core.pop("v") == 3
     b.data["core"] = json.dumps(core).encode()
     with pytest.raises(InvalidRecord, match="layout"):
         await _full("cuts/old", b.data)
+    # layout 2 is layout 3 with every entry indexed: read as it is
+    b.data["core"] = json.dumps({**core, "v": 2}).encode()
+    st = await _full("cuts/old", b.data)
+    assert st is not None and st.work_id == "cuts/old"
+
+
+class _Owner(Backend):
+    """Applies commands as the ledger handler does, or (between ``hold`` and ``flush``) in
+    memory, written at ``flush`` as the owner shape writes them: without index keys."""
+
+    def __init__(self) -> None:
+        super().__init__("owner://")
+        self.data: dict[str, bytes] = {}
+        self.held: tuple[Any, WorkState] | None = None
+        self.last: L.Command | None = None
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        self.last = command
+        if self.held is None:
+            kv = _KV(work_id, self.data)
+            outcome = await _apply(kv, command)  # type: ignore[arg-type]
+            self.data = _run(self.data, kv.ops)
+            return outcome
+        new, outcome = L.apply(self.held[1], command, work_id=work_id)
+        self.held = (self.held[0], new)
+        return outcome
+
+    async def hold(self, work_id: str) -> None:
+        view = await read_all(_KV(work_id, self.data))  # type: ignore[arg-type]
+        assert view is not None
+        self.held = (view, view.state)
+
+    def flush(self, work_id: str) -> None:
+        assert self.held is not None
+        kv = _KV(work_id, self.data)
+        _write(kv, self.held[0], self.held[1], index=False)  # type: ignore[arg-type]
+        self.data = _run(self.data, kv.ops)
+        self.held = None
+
+    async def load(self, work_id: str) -> WorkState | None:
+        return await _full(work_id, self.data)
+
+
+async def test_owner_writes_no_index_keys_and_the_next_lookup_reads_its_batches() -> None:
+    """The owner shape stores its steps without an index key each (a state write per step is
+    an entry the server journals). Whoever else names one of those steps by result id finds it
+    by reading the batches the owner wrote, and indexes them when it writes: the candidate
+    below would be refused (its parts unknown) if the lookup missed them."""
+    b = _Owner()
+    ctl = Controller(b, clock=lambda: 1)
+    w = "owner/unindexed"
+    await ctl.open_work(w)
+    await ctl.publish(w, "v1", V1)
+    a1 = await ctl.admit(w)
+    wk = Worker(b, a1, V1, clock=lambda: 2)
+    await wk.start()
+    await wk.step("s1", lambda **kw: {"summary": "one"}, s1=V1["s1"])   # the ledger handler's
+    await b.hold(w)
+    await wk.step("s2", lambda **kw: {"summary": "two"}, s2=V1["s2"])
+    await wk.step("s3", lambda **kw: {"summary": "three"}, s3=V1["s3"])
+    b.flush(w)
+    st = await b.load(w)
+    assert st is not None and [e.step for e in st.journal] == ["s1", "s2", "s3"]
+    rids = [e.result_id for e in st.journal]
+    assert f"r/{rids[0]}" in b.data and not any(f"r/{r}" in b.data for r in rids[1:])
+    assert json.loads(b.data["core"])["x"] == 1
+
+    view = await _view(_KV(w, b.data), frozenset(rids))  # type: ignore[arg-type]
+    assert view is not None and [e.step for e in view.state.journal] == ["s1", "s2", "s3"]
+    assert [k for k, _batch in view.scanned] == [1]
+
+    cand = await wk.candidate({"text": "digest"})   # names s1-s3: through the ledger handler
+    assert cand.digest
+    assert all(f"r/{r}" in b.data for r in rids) and "x" not in json.loads(b.data["core"])
+    view = await _view(_KV(w, b.data), frozenset(rids))  # type: ignore[arg-type]
+    assert view is not None and len(view.state.journal) == 3 and view.scanned == ()
+    # a step write the owner stored, sent again to the ledger handler (a retried write): its
+    # entry is found by reading the owner's batch, and not appended twice
+    await b.hold(w)
+    await wk.step("s4", lambda **kw: {"n": 4}, s4=External("x"))
+    assert b.held is not None
+    again = b.held[1]
+    b.flush(w)
+    assert json.loads(b.data["core"])["x"] == 3
+    cmd = b.last
+    assert isinstance(cmd, L.RecordSteps)
+    await b.execute(w, cmd)
+    st = await b.load(w)
+    assert st is not None and st.journal == again.journal   # (the write still is a sign of life)

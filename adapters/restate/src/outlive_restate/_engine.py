@@ -32,7 +32,8 @@ sent it (:mod:`._dispatch`); a handler can also be given them explicitly.
 the work's ledger (:func:`~outlive_restate.keep_ledger` on the user's own object, the key being
 the work id), Restate's per-key lock already makes the attempt the ledger's only writer: the
 commands are applied in this invocation with the core ledger (:class:`OwnedBackend`), and a step
-costs one ``ctx.run_typed`` entry plus its state writes.
+costs one ``ctx.run_typed`` entry plus its share of a flush (one batch key and the core for all
+the steps held back; no state key of its own).
 """
 
 from __future__ import annotations
@@ -286,10 +287,10 @@ class OwnedBackend(HandlerBackend):
             old = self._stored
             k = old.n if old is not None else 0
             last = (self._journal[k - 1],) if k else ()
-            base = _View(k, replace(old.state, journal=last), old.stamps) if old else None
-            self._stored = self._view = _write(
+            base = _View(k, replace(old.state, journal=last), old.stamps, old.x) if old else None
+            self._stored = self._view = _write(   # no index keys: see _ledger's layout
                 self.octx, base, replace(self._view.state, journal=last + tuple(self._journal[k:])),
-                known=self._encoded)
+                known=self._encoded, index=False)
             self._dirty = False
         self._encoded.clear()
         self._since = None

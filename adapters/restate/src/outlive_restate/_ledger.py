@@ -46,8 +46,9 @@ _B = BytesSerde()
 
 
 # Storage layout in the object's K/V state (one Virtual Object per work):
-#   "core"      -> {"n": journal length, "k": {collection: [length, seq]}, "s": the WorkState's
-#                   scalars, its attempts and the journal's last entry}     (rewritten each change)
+#   "core"      -> {"n": journal length, "x": first entry that may lack an index key (absent:
+#                   none does), "k": {collection: [length, seq]}, "s": the WorkState's scalars,
+#                   its attempts and the journal's last entry}               (rewritten each change)
 #   "c/<name>/<seq>" -> one collection (inputs, candidates, acceptances or effects) as written
 #                   by the change with that seq; a new key only when a command changes it
 #   "b/<k>"     -> the journal entries k, k+1, ... that one change appended (a batch; a step write
@@ -57,6 +58,14 @@ _B = BytesSerde()
 # entries and one index key per entry, never the whole history again (a step does not re-encode
 # the published input versions, say); all of them commit with the invocation's journal. A step
 # therefore costs one state write of its own (its index key) plus its share of a batch and a core.
+#
+# The owner shape writes no index keys: it reads the whole journal once per invocation and
+# never looks an entry up by result id, and a state write per step is most of what it would add
+# to a raw step (each is an entry the server journals). Its flush leaves "x" at the first entry
+# it wrote (or lower). A command of anyone else that names a result id the index does not give
+# reads the batches from "x" on, in order (the one place a lookup costs more than O(1): once
+# per owner invocation's entries), and when it writes, it writes their index keys too and drops
+# "x": the next lookup is O(1) again.
 #
 # A command reads only what the pure ``ledger.apply`` looks at for it: the core, the non-empty
 # collections (the core says which), and the journal entries the ledger says it reads for that
@@ -79,14 +88,16 @@ _B = BytesSerde()
 # old key is cleared after the core moved on. Decoded values are cached in-process to save
 # decoding only: a cached value is used when the bytes Restate hands us are the ones it was
 # decoded from. The core carries the layout's version ("v"): a core without it was written with
-# one key per journal entry (before 2026-12) and is refused, not misread.
+# one key per journal entry (before 2026-12) and is refused, not misread. Layout 2 is layout 3
+# with every entry indexed (no "x"); it is read as such, and written as layout 3.
 _CORE = "core"
 #: Kept apart from the core. Attempts stay in the core: a write by an attempt touches its
 #: attempt record (sign of life) and the core is written anyway.
 _COLLECTIONS = ("inputs", "candidates", "acceptances", "effects")
 _DECODED: dict[tuple[str, str], tuple[bytes, Any]] = {}
-#: The layout's version, in every core ("v").
-_LAYOUT = 2
+#: The layout's version, in every core ("v"); the older versions read too.
+_LAYOUT = 3
+_READS = (2, 3)
 _CACHE_MAX = 8192
 
 
@@ -94,12 +105,16 @@ _CACHE_MAX = 8192
 class _View:
     """The state a command sees: ``n`` journal entries stored, ``state.journal`` a sorted subset.
 
-    ``stamps`` names the stored collections: ``{name: (length, seq)}``.
+    ``stamps`` names the stored collections: ``{name: (length, seq)}``. ``x``: the first entry
+    that may lack an index key (None: none does); ``scanned``: the batches from ``x`` to ``n``
+    as ``(start, entries)``, when a lookup had to read them.
     """
 
     n: int
     state: WorkState
     stamps: dict[str, tuple[int, int]]
+    x: int | None = None
+    scanned: tuple[tuple[int, tuple[JournalEntry, ...]], ...] = ()
 
 
 def _corrupt(key: str, why: object) -> InvalidRecord:
@@ -112,27 +127,32 @@ def _remember(key: tuple[str, str], raw: bytes, value: Any) -> None:
     _DECODED[key] = (raw, value)
 
 
-def _core(key: str, core: bytes) -> tuple[int, dict[str, tuple[int, int]], WorkState]:
+_Core = tuple[int, int | None, dict[str, tuple[int, int]], WorkState]
+
+
+def _core(key: str, core: bytes) -> _Core:
+    """``(n, x, stamps, head)`` of a stored core."""
     hit = _DECODED.get((key, _CORE))
     if hit is not None and hit[0] == core:
-        got: tuple[int, dict[str, tuple[int, int]], WorkState] = hit[1]
+        got: _Core = hit[1]
         return got
     try:
         head = json.loads(core)
         layout = head.get("v", 1)
         n = int(head["n"])
+        x = int(head["x"]) if "x" in head else None
         stamps = {str(k): (int(v[0]), int(v[1])) for k, v in dict(head.get("k", {})).items()}
         base = codec.decode(head["s"])
     except (ValueError, KeyError, TypeError, AttributeError, OutliveError) as exc:
         raise _corrupt(key, exc) from exc
-    if layout != _LAYOUT:
-        raise _corrupt(key, f"its core is of layout {layout!r}; this outlive reads layout "
-                            f"{_LAYOUT} (a batch key per change, not a key per journal entry)")
+    if layout not in _READS:
+        raise _corrupt(key, f"its core is of layout {layout!r}; this outlive reads layouts "
+                            f"{_READS} (a batch key per change, not a key per journal entry)")
     if not isinstance(base, WorkState) or base.work_id != key or n < len(base.journal) or \
-            any(k not in _COLLECTIONS for k in stamps):
+            any(k not in _COLLECTIONS for k in stamps) or (x is not None and not 0 <= x < n):
         raise _corrupt(key, "bad core record")
-    _remember((key, _CORE), core, (n, stamps, base))
-    return n, stamps, base
+    _remember((key, _CORE), core, (n, x, stamps, base))
+    return n, x, stamps, base
 
 
 async def _collection(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str,
@@ -188,37 +208,49 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
     core = await ctx.get(_CORE, serde=_B)
     if not core:
         return None
-    n, stamps, base = _core(key, core)
+    n, x, stamps, base = _core(key, core)
     cols = {name: await _collection(ctx, name, stamps[name])
             for name in _COLLECTIONS if name in stamps}
     if cols:
         base = replace(base, **cols)  # type: ignore[arg-type]
     last = base.journal[-1] if base.journal else None
     found: dict[int, JournalEntry] = {}
+    missing = set()
     for rid in sorted(rids):  # sorted: the same reads in the same order on every replay
         raw = await ctx.get(f"r/{rid}", serde=_B)
-        if raw is None:
-            continue
-        try:
-            i, k = (int(x) for x in raw.split(b","))
-        except ValueError as exc:
-            raise _corrupt(key, exc) from exc
-        if not 0 <= k <= i < n or i in found:
-            continue    # never committed
-        if i == n - 1 and last is not None:
-            e = last
-        else:
-            batch = await _batch(ctx, k, n)
-            if i - k >= len(batch):
-                continue
-            e = batch[i - k]
-        if e.result_id == rid:   # else a cut write's index, the entry since filled by another
+        e = None
+        if raw is not None:
+            try:
+                i, k = (int(v) for v in raw.split(b","))
+            except ValueError as exc:
+                raise _corrupt(key, exc) from exc
+            if 0 <= k <= i < n and i not in found:   # else never committed
+                if i == n - 1 and last is not None:
+                    e = last
+                else:
+                    batch = await _batch(ctx, k, n)
+                    e = batch[i - k] if i - k < len(batch) else None
+        if e is not None and e.result_id == rid:
             found[i] = e
+        else:   # not indexed, or a cut write's index (the entry since filled by another)
+            missing.add(rid)
+    scanned: list[tuple[int, tuple[JournalEntry, ...]]] = []
+    if missing and x is not None:
+        # entries from x on may have no index key (an owner wrote them): read those batches
+        k = x
+        while k < n:
+            batch = await _batch(ctx, k, n)
+            scanned.append((k, batch))
+            for j, e in enumerate(batch):
+                if e.result_id in missing:
+                    found[k + j] = e
+            k += len(batch)
     if n:
         if last is None:
             raise _corrupt(key, "the core holds no last entry")
         found[n - 1] = last
-    return _View(n, replace(base, journal=tuple(found[i] for i in sorted(found))), stamps)
+    return _View(n, replace(base, journal=tuple(found[i] for i in sorted(found))), stamps, x,
+                 tuple(scanned))
 
 
 async def read_all(ctx: restate.ObjectSharedContext | restate.ObjectContext) -> _View | None:
@@ -245,23 +277,34 @@ def _encode_entry(e: JournalEntry) -> bytes:
 
 def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
            wrote: list[bytes] | None = None,
-           known: Mapping[int, bytes] | None = None) -> _View:
+           known: Mapping[int, bytes] | None = None, *, index: bool = True) -> _View:
     """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core.
 
     Returns the view of what is now stored (``new`` itself as the state). ``wrote`` gets the
     written values as the JSON members of an answer (:func:`answer`): ``"j":[entries]``, then
     ``"c":{collections}``, then ``"core":core``. ``known`` holds entries already encoded
     (:func:`_encode_entry`), by ``id()`` of the entry object: they are not encoded again.
+    ``index=False`` (the owner shape) writes no index keys for the new entries; else the
+    entries ``view`` read unindexed get theirs too.
     """
     key = ctx.key()
     old = view.state if view is not None else None
     n, seen = (view.n, len(view.state.journal)) if view is not None else (0, 0)
+    x = view.x if view is not None else None
     # apply appends to the journal it was given and keeps its entries (identity), so checking
     # the last one is enough (and O(1): an owner's view holds the whole journal)
     if old is not None and seen and (len(new.journal) < seen
                                      or new.journal[seen - 1] is not old.journal[-1]):
         raise _corrupt(key, "a command rewrote journal history")  # apply never does
     added = new.journal[seen:]
+    if index and x is not None and view is not None and view.scanned and \
+            sum(len(b) for _k, b in view.scanned) == n - x:
+        for start, read in view.scanned:   # the entries read unindexed: indexed from now on
+            for j, e in enumerate(read):
+                ctx.set(f"r/{e.result_id}", b"%d,%d" % (start + j, start), serde=_B)
+        x = None
+    elif not index and added and x is None:
+        x = n
     last: Any = None
     entries: list[bytes] = []
     for k, e in enumerate(added):
@@ -272,7 +315,8 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
         else:
             last = None     # the core encodes it again, if it is the last
         entries.append(hit)
-        ctx.set(f"r/{e.result_id}", b"%d,%d" % (n + k, n), serde=_B)
+        if index:
+            ctx.set(f"r/{e.result_id}", b"%d,%d" % (n + k, n), serde=_B)
     if added:
         batch = b'{"@l":[' + b",".join(entries) + b"]}"
         ctx.set(f"b/{n}", batch, serde=_B)
@@ -296,15 +340,18 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
     enc = codec.encode(replace(head, journal=()))
     if head.journal:  # the last entry, encoded once for its own key and the core
         enc["v"]["journal"] = {"@l": [last if last is not None else codec.encode(head.journal[0])]}
-    core = _json({"v": _LAYOUT, "n": n, "k": {k: list(v) for k, v in stamps.items()}, "s": enc})
+    top: dict[str, Any] = {"v": _LAYOUT, "n": n}
+    if x is not None:
+        top["x"] = x
+    core = _json({**top, "k": {k: list(v) for k, v in stamps.items()}, "s": enc})
     ctx.set(_CORE, core, serde=_B)
     if wrote is not None:
         wrote += [b'"j":[', b",".join(entries), b'],"c":{', b",".join(cols), b'},"core":', core]
-    _remember((key, _CORE), core, (n, stamps, head))
+    _remember((key, _CORE), core, (n, x, stamps, head))
     for name, (_count, seq) in before.items():
         if stamps.get(name, (0, -1))[1] != seq:
             ctx.clear(f"c/{name}/{seq}")  # replaced: the core no longer names it
-    return _View(n, new, stamps)
+    return _View(n, new, stamps, x)
 
 
 async def _apply(ctx: restate.ObjectContext, cmd: L.Command,

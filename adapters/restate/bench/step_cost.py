@@ -1,0 +1,103 @@
+"""What one step costs, by kind, in counts and CPU.
+
+    python adapters/restate/bench/step_cost.py [N] [ROUNDS]
+
+One server, one deployment of ``step_cost_app``. Each round runs one invocation per kind, of
+``N`` steps of that kind only:
+
+``raw``        - ``ctx.run_typed`` steps (the baseline of ``make bench-restate``);
+``raw + set``  - the same, each followed by one small ``ctx.set`` (what a state key per step costs);
+``raw + sets/100`` - the same ``ctx.set`` per step, made in bursts every 100 steps (as a flush);
+``owner``      - ``Worker.step`` in the owner shape (``bench_desk``, :func:`outlive_restate.attempt`).
+
+For each: the SDK state-machine calls and HTTP/2 frames per step (deterministic, counted in the
+deployment), and the CPU per step of the restate-server and of the deployment process (from
+``/proc``) and the wall time, medians over the rounds. Counts do not move with the machine's
+load; CPU moves less than wall time but does move: run it more than once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import outlive
+from outlive import Controller
+from outlive_restate import RestateBackend, attempt_headers
+from outlive_restate.server import RestateServer
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from sweep_cpu import cpu_seconds  # noqa: E402
+
+
+async def main(n: int, rounds: int) -> dict[str, Any]:
+    got: dict[str, list[dict[str, float]]] = {}
+    with RestateServer(app="step_cost_app:app", pythonpath=(str(HERE),),
+                       ledger="bench_desk") as server:
+        assert server.server is not None and server.deployment is not None
+        pids = {"server": server.server.pid, "deployment": server.deployment.pid}
+        base = server.ingress
+        async with await outlive.open_backend(server.url) as desk, \
+                httpx.AsyncClient(timeout=600) as http:
+            assert isinstance(desk, RestateBackend)
+
+            async def call(path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+                r = await http.post(f"{base}/{path}", json=body, headers=headers or {})
+                r.raise_for_status()
+                return r.json()
+
+            async def kinds() -> dict[str, tuple[str, Any, dict[str, str] | None]]:
+                work = f"cost/{uuid.uuid4().hex[:8]}"
+                ctl = Controller(desk)
+                await ctl.open_work(work)
+                await ctl.publish(work, "v1", {"report": "cost"})
+                att = await ctl.admit(work, keyed=False)
+                return {
+                    "raw": ("cost/raw_only", {"n": n}, None),
+                    "raw + set": (f"bench_desk/{uuid.uuid4().hex[:8]}/raw_sets",
+                                  {"n": n, "sets": 1}, None),
+                    "raw + sets/100": (f"bench_desk/{uuid.uuid4().hex[:8]}/raw_sets",
+                                       {"n": n, "sets": 1, "every": 100}, None),
+                    "owner": (f"bench_desk/{work.replace('/', '%2F')}/owned_only", {"n": n},
+                              attempt_headers(work, att, "bench_desk")),
+                }
+
+            await call("cost/raw_only", {"n": 20})
+            for _ in range(rounds):
+                for name, (path, body, headers) in (await kinds()).items():
+                    await call("cost/counts", None)
+                    cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+                    t0 = time.perf_counter()
+                    await call(path, body, headers)
+                    wall = time.perf_counter() - t0
+                    cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
+                    counts = await call("cost/counts", None)
+                    row = {f"{k} per step": v / n for k, v in counts.items()}
+                    row.update({f"{k} CPU ms/step": v * 1000 / n for k, v in cpu.items()})
+                    row["wall ms/step"] = wall * 1000 / n
+                    got.setdefault(name, []).append(row)
+    return {name: {k: statistics.median(r.get(k, 0.0) for r in rows)
+                   for k in sorted({k for r in rows for k in r})}
+            for name, rows in got.items()}
+
+
+def report(res: dict[str, Any], n: int, rounds: int) -> None:
+    print(f"Restate, one invocation of {n} steps per kind, {rounds} rounds (medians):")
+    keys = sorted({k for v in res.values() for k in v})
+    print(f"  {'':40s}" + "".join(f"{name:>16s}" for name in res))
+    for k in keys:
+        print(f"  {k:40s}" + "".join(f"{v.get(k, 0.0):16.3f}" for v in res.values()))
+
+
+if __name__ == "__main__":
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    times = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    report(asyncio.run(main(steps, times)), steps, times)
