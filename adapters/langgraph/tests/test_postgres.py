@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.func import entrypoint
 from langgraph.graph import END, START, StateGraph
 
@@ -17,7 +18,7 @@ import outlive
 from outlive import Controller, Worker
 from outlive import ledger as L
 from outlive_conformance.suite import ConformanceSuite
-from outlive_langgraph import attempt_config, outlive_task, run, step_thread_id
+from outlive_langgraph import attempt_config, outlive_node, outlive_task, run, step_thread_id
 from outlive_langgraph.pgserver import PostgresServer
 from outlive_langgraph.postgres import FencedAsyncPostgresSaver
 
@@ -175,12 +176,13 @@ async def _waiting_on_locks(conn: psycopg.AsyncConnection[Any], n: int) -> None:
 
 async def test_a_write_sent_while_an_admission_is_in_flight_waits_for_it_and_is_refused(
         pg_server: PostgresServer) -> None:
-    """The fenced statement share-locks the work's head: sent while an admission's write holds
-    that row, it waits, then finds the head moved and writes nothing (without the lock it would
-    have read the old head and landed)."""
+    """The fenced statement share-locks the work's head: sent while another process's admission
+    holds that row, it waits, then finds the head moved and writes nothing (without the lock it
+    would have read the old head and landed)."""
     db = f"e_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(db) + "?lock_timeout=20000"
     b = await outlive.open_backend(url)
+    b2 = await outlive.open_backend(url)   # the supervisor's process: its admission is not ours
     try:
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
@@ -195,7 +197,7 @@ async def test_a_write_sent_while_an_admission_is_in_flight_waits_for_it_and_is_
             try:
                 async with other.transaction():    # holds the head row as a ledger write would
                     await other.execute("SELECT 1 FROM outlive_works WHERE work_id = 'q3' FOR UPDATE")
-                    admit = asyncio.create_task(ctl.admit("q3"))
+                    admit = asyncio.create_task(Controller(b2, clock=lambda: 0).admit("q3"))
                     await _waiting_on_locks(watch, 1)
                     late = asyncio.create_task(saver.aput_writes(config, [("draft", "late")], "t1"))
                     await _waiting_on_locks(watch, 2)
@@ -204,6 +206,52 @@ async def test_a_write_sent_while_an_admission_is_in_flight_waits_for_it_and_is_
                     await asyncio.wait_for(late, 30)
                 cur = await watch.execute("SELECT count(*) FROM checkpoint_writes WHERE task_id = 't1'")
                 assert await cur.fetchone() == (0,)
+            finally:
+                await watch.close()
+    finally:
+        await b2.close()
+        await b.close()
+
+
+async def test_a_write_asked_while_our_own_admission_is_in_flight_waits_for_it_client_side(
+        pg_server: PostgresServer) -> None:
+    """An admission this process has in flight is waited for before the fenced write is built:
+    the write is then refused on the state the admission left, and no statement bound to miss
+    the head (and to be sent again) goes out."""
+    db = f"o_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(db) + "?lock_timeout=20000"
+    b = await outlive.open_backend(url)
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        ctl, w1 = await first_attempt(b)
+        await ctl.publish("q3", "v2", V2)
+        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        config = attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
+                                                      "checkpoint_id": "c1"}})
+        sent, missed = saver.statements, saver.missed
+        async with await psycopg.AsyncConnection.connect(pg_server.conninfo(db),
+                                                         autocommit=True) as other:
+            watch = await psycopg.AsyncConnection.connect(pg_server.conninfo(db), autocommit=True)
+            try:
+                async with other.transaction():    # holds the head row: the admission waits
+                    await other.execute("SELECT 1 FROM outlive_works WHERE work_id = 'q3' FOR UPDATE")
+                    admit = asyncio.create_task(ctl.admit("q3"))
+                    await _waiting_on_locks(watch, 1)
+                    late = asyncio.create_task(saver.aput_writes(config, [("draft", "late")], "t1"))
+                    for _ in range(20):
+                        await asyncio.sleep(0.01)
+                    assert not late.done()          # waiting for our admission, client side
+                    cur = await watch.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()")
+                    assert await cur.fetchone() == (1,)   # only the admission waits on the row
+                await asyncio.wait_for(admit, 30)
+                with pytest.raises(outlive.StaleOwner):
+                    await asyncio.wait_for(late, 30)
+                cur = await watch.execute("SELECT count(*) FROM checkpoint_writes WHERE task_id = 't1'")
+                assert await cur.fetchone() == (0,)
+                assert (saver.statements, saver.missed) == (sent, missed)
             finally:
                 await watch.close()
     finally:
@@ -283,3 +331,104 @@ async def test_a_step_is_one_transaction_with_langgraphs_task_write(
         row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'q3' "
                            "AND channel = '__return__'").fetchone()
     assert row is not None and row[0] == 5
+
+
+class _Loop(TypedDict):
+    i: int
+    stop: int
+
+
+async def test_a_node_step_is_two_commits_like_a_plain_node(pg_server: PostgresServer) -> None:
+    """A StateGraph node that is an outlive step: its journal entry, then LangGraph's write of the
+    node's updates and the superstep's checkpoint as one fenced statement (the ``put_writes`` is
+    held for the ``put`` that follows it) - two commits a superstep, as a plain node costs on
+    LangGraph's own saver, and none sent twice. Every held write landed."""
+    db = f"h_{uuid.uuid4().hex[:8]}"
+    b = await outlive.open_backend(pg_server.create_database(db))
+    n = 12
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+
+        async def body(state: _Loop) -> dict[str, int]:
+            return {"i": state["i"] + 1}
+
+        g = StateGraph(_Loop)
+        g.add_node("step", outlive_node(body, name="step", inputs=("i",), external=["i"]))
+        g.add_edge(START, "step")
+        g.add_conditional_edges("step", lambda s: "step" if s["i"] < s["stop"] else END)
+        graph = g.compile(checkpointer=saver)
+        _ctl, w = await first_attempt(b)
+        before = (saver.statements, saver.held, saver.locked)
+        out = await run(graph, {"i": 0, "stop": n}, worker=w,
+                        config={"configurable": {"thread_id": "loop"}})
+        assert out == {"i": n, "stop": n}
+        statements, held, locked = (a - z for a, z in zip(
+            (saver.statements, saver.held, saver.locked), before, strict=True))
+        assert locked == 0 and saver.missed == 0
+        assert held >= n                 # each node's put_writes went with the checkpoint's put
+        assert statements <= n + 3       # one fenced statement a superstep (plus input, end)
+    finally:
+        await b.close()
+    with psycopg.connect(pg_server.conninfo(db)) as conn:
+        row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'loop' "
+                           "AND channel = 'i'").fetchone()
+    assert row is not None and row[0] == n + 1   # the input, then every node's update
+
+
+async def test_a_held_write_nobody_takes_is_sent_alone(pg_server: PostgresServer) -> None:
+    """A fenced ``put_writes`` with no ``put`` after it is sent by itself once its hold ends."""
+    db = f"a_{uuid.uuid4().hex[:8]}"
+    b = await outlive.open_backend(pg_server.create_database(db))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        _ctl, w1 = await first_attempt(b)
+        config = attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
+                                                      "checkpoint_id": "c1"}})
+        before = (saver.statements, saver.held)
+        await asyncio.wait_for(saver.aput_writes(config, [("draft", "alone")], "t1"), 10)
+        assert (saver.statements, saver.held) == (before[0] + 1, before[1])
+    finally:
+        await b.close()
+    with psycopg.connect(pg_server.conninfo(db)) as conn:
+        row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE task_id = 't1'").fetchone()
+    assert row is not None and row[0] == 1
+
+
+async def test_a_held_write_of_a_replaced_attempt_is_refused_with_the_write_that_took_it(
+        pg_server: PostgresServer) -> None:
+    """Held and taken by the attempt's next write (the checkpoint's ``put``), which the fence
+    refuses (a successor was admitted meanwhile by another process): the held write is asked
+    again on its own and refused too; neither lands."""
+    db = f"r_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(db)
+    b = await outlive.open_backend(url)
+    b2 = await outlive.open_backend(url)
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        saver.hold_seconds = 30.0        # only the next write can send it
+        ctl, w1 = await first_attempt(b)
+        await ctl.publish("q3", "v2", V2)
+        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        config = attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
+                                                      "checkpoint_id": "c1"}})
+        first = asyncio.create_task(saver.aput_writes(config, [("draft", "held")], "t1"))
+        for _ in range(100):
+            if saver._held:
+                break
+            await asyncio.sleep(0.01)
+        assert saver._held                      # waiting for the next write to carry it
+        await Controller(b2, clock=lambda: 0).admit("q3")   # another process: not in our cache
+        with pytest.raises(outlive.StaleOwner):   # the superstep's checkpoint takes it along
+            await asyncio.wait_for(saver.aput(config, empty_checkpoint(), {}, {}), 30)
+        with pytest.raises(outlive.StaleOwner):
+            await asyncio.wait_for(first, 30)
+    finally:
+        await b2.close()
+        await b.close()
+    with psycopg.connect(pg_server.conninfo(db)) as conn:
+        row = conn.execute("SELECT (SELECT count(*) FROM checkpoint_writes), "
+                           "(SELECT count(*) FROM checkpoints)").fetchone()
+    assert row == (0, 0)
