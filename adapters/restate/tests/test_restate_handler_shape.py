@@ -63,6 +63,17 @@ async def test_attempt_runs_in_the_users_handler(backend: RestateBackend, tmp_pa
     assert [d["attempt"] for d in status["history"]] == [1]
 
 
+async def test_an_attempt_starts_with_its_claim_alone(backend: RestateBackend,
+                                                     tmp_path: Path) -> None:
+    """The claim (``Worker.start``) is the attempt's first sign of life and already refuses a
+    replaced attempt: no heartbeat follows it (each is one more write to the ledger)."""
+    work = f"handler/{uuid.uuid4().hex[:8]}"
+    await open_and_start(backend, work, tmp_path / "calls", renew=False)
+    st = await until("the attempt to finish", lambda: finished(backend, work))
+    assert [(a.number, a.state, a.heartbeats) for a in st.attempts] == [
+        (1, AttemptState.FINISHED, 0)]
+
+
 async def test_pipelined_writes_give_the_same_journal(backend: RestateBackend,
                                                      tmp_path: Path) -> None:
     """write="send": each step's fenced write leaves as a one-way send; the candidate (an

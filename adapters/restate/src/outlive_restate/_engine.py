@@ -56,7 +56,7 @@ from outlive import codec
 from outlive import ledger as L
 from outlive._clone import evolve
 from outlive.backend import Backend, StepCall
-from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected, StaleOwner
+from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected
 from outlive.hashing import canonical
 from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
@@ -517,10 +517,9 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
     # The headers' token, not the ledger's: a forged one must meet the fence, not be fixed up.
     snap = snapshot(att.pinned_version) if callable(snapshot) else snapshot
     w = Worker(backend, replace(att, token=tok), snap, persist=persist, clock=backend.clock)
+    # the claim is the attempt's first sign of life, and it raises StaleOwner when a successor
+    # holds the epoch (fencing on): no second beat (it would be one more ledger write)
     await w.start()
-    if not await w.heartbeat() and state.policy.fencing:
-        raise StaleOwner(f"attempt #{num} of {work!r} was replaced before it started (token "
-                         f"{tok}, epoch {state.epoch})", token=tok, attempt=num, epoch=state.epoch)
     if every > 0:
         backend.renew_ms, backend.beat = every, w.heartbeat
     return w
