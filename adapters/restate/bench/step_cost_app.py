@@ -70,11 +70,16 @@ async def owned_only(ctx: restate.ObjectContext, arg: dict[str, Any]) -> str:
 @bench_desk.handler()
 async def raw_sets(ctx: restate.ObjectContext, arg: dict[str, Any]) -> str:
     """Raw steps and ``sets`` small state writes per step (what an index key costs), made
-    after every step, or every ``every`` steps for those steps at once (as a flush does)."""
-    sets, every = int(arg.get("sets", 1)), int(arg.get("every", 1))
+    after every step, or every ``every`` steps for those steps at once (as a flush does);
+    ``size``: instead, one state write of ``size`` bytes per step, every ``every`` steps in
+    one value (what an owner's batch of entries costs)."""
+    sets, every, size = int(arg.get("sets", 1)), int(arg.get("every", 1)), int(arg.get("size", 0))
     for i in range(int(arg["n"])):
         await _raw(ctx, i)
         if (i + 1) % every == 0:
+            if size:
+                ctx.set(f"b/{i}", b"x" * (size * every), serde=_B)
+                continue
             for j in range(i + 1 - every, i + 1):
                 for k in range(sets):
                     ctx.set(f"r/{j:064d}/{k}", b"%d,%d" % (j, j), serde=_B)

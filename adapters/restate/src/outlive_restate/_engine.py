@@ -96,6 +96,8 @@ HEADER_RENEW = "x-outlive-renew"
 Write = Literal["send", "call"]
 
 _B = BytesSerde()
+#: A step's run: its body runs once (a retry is a new attempt's business), its value is bytes.
+_ONCE: restate.RunOptions[bytes] = restate.RunOptions(max_attempts=1, serde=_B)
 
 
 def attempt_headers(work_id: str, attempt: Attempt, ledger: str = LEDGER,
@@ -198,8 +200,7 @@ class HandlerBackend(Backend):
                 _after_send(proposed, raw)
             return raw
 
-        run = self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action,
-                                 restate.RunOptions(max_attempts=1, serde=_B))
+        run = self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action, _ONCE)
         if self.renew_ms is not None and self.beat is not None:
             await self._renewing(run)
         raw: bytes = await run

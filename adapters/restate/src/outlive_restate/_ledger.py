@@ -101,7 +101,7 @@ _READS = (2, 3)
 _CACHE_MAX = 8192
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)   # not frozen: built twice per owner step, and never changed
 class _View:
     """The state a command sees: ``n`` journal entries stored, ``state.journal`` a sorted subset.
 
