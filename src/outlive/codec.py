@@ -182,7 +182,8 @@ def dumps(value: Any) -> str:
     is the same character for character (tests compare the two on every kind of record and on
     arbitrary values); anything unusual, or nested up to the limit, goes through the tree.
     """
-    return _text(value, 0)
+    fn = _TEXT.get(type(value))   # a record whose writer is compiled: the usual case
+    return fn(value, 0) if fn is not None else _text(value, 0)
 
 
 #: Per (record class, blanked fields): a writer of the record with those fields as ``()``.
@@ -260,21 +261,32 @@ def _dict_text(value: dict[Any, Any], depth: int) -> str:
 
 def _compile_text(t: type, blank: tuple[str, ...] = ()) -> Any:
     """The text of one ``t`` record: its fields written in code, as :func:`_compile` does (the
-    fields named in ``blank`` written as an empty tuple, whatever they hold)."""
+    fields named in ``blank`` written as an empty tuple, whatever they hold).
+
+    The writer is one f-string: its literal parts and each field's text joined in one step (no
+    tuple to join), an ``int`` field formatted in place (``str`` of an exact ``int`` is its
+    ``repr``, what JSON writes).
+    """
     names = tuple(f.name for f in dataclasses.fields(t))
     try:
         hints = typing.get_type_hints(t)
     except Exception:   # hints that do not resolve: each field written as it comes
         hints = {}
     lines = ["def text(value, depth):", "    a = value.__dict__", "    d = depth + 1"]
-    parts = []
-    scope: dict[str, Any] = {"S": _STR, "I": _INT, "X": _text, "EIDS": _ENUM_ID_TEXT,
-                             "DT": _dict_text, "TT": _tuple_text, "M": _MAX_NESTING}
+    parts: list[str] = []   # the f-string's pieces: literal text with braces doubled, or {expr}
+    scope: dict[str, Any] = {"S": _STR, "X": _text, "EIDS": _ENUM_ID_TEXT, "DT": _dict_text,
+                             "TT": _tuple_text, "M": _MAX_NESTING, "NULL": "null",
+                             "TRUE": "true", "FALSE": "false", "EMPTY": '{"@l":[]}'}
+
+    def literal(text: str) -> None:
+        assert "'" not in text and "\\" not in text   # identifiers and JSON punctuation only
+        parts.append(text.replace("{", "{{").replace("}", "}}"))
+
     for i, n in enumerate(names):
         lead = ('{"@t":' + _STR(t.__name__) + ',"v":{') if i == 0 else ","
-        parts.append(repr(lead + _STR(n) + ":"))
+        literal(lead + _STR(n) + ":")
         if n in blank:
-            parts.append(repr('{"@l":[]}'))
+            literal('{"@l":[]}')
             continue
         lines.append(f"    x{i} = a[{n!r}]")
         x = f"x{i}"
@@ -282,29 +294,31 @@ def _compile_text(t: type, blank: tuple[str, ...] = ()) -> Any:
         # Each field's usual type written inline, anything else by X (the same text, checked).
         if isinstance(tp, type) and issubclass(tp, Enum):   # a member's text, once known
             scope[f"E{i}"] = tp
-            parts.append(f"((type({x}) is E{i} and EIDS.get(id({x}))) or X({x}, d))")
+            expr = f"(type({x}) is E{i} and EIDS.get(id({x}))) or X({x}, d)"
         elif tp is str:
-            parts.append(f"(S({x}) if type({x}) is str else X({x}, d))")
+            expr = f"S({x}) if type({x}) is str else X({x}, d)"
         elif tp is int:
-            parts.append(f"(I({x}) if type({x}) is int else X({x}, d))")
+            expr = f"{x} if type({x}) is int else X({x}, d)"
         elif tp is bool:
-            parts.append(f"('true' if {x} is True else 'false' if {x} is False else X({x}, d))")
+            expr = f"TRUE if {x} is True else FALSE if {x} is False else X({x}, d)"
         elif tp == (str | None):
-            parts.append(f"(S({x}) if type({x}) is str else 'null' if {x} is None else X({x}, d))")
+            expr = f"S({x}) if type({x}) is str else NULL if {x} is None else X({x}, d)"
         elif tp == (int | None):
-            parts.append(f"(I({x}) if type({x}) is int else 'null' if {x} is None else X({x}, d))")
+            expr = f"{x} if type({x}) is int else NULL if {x} is None else X({x}, d)"
         elif typing.get_origin(tp) is dict:
-            parts.append(f"(DT({x}, d) if type({x}) is dict and d < M else X({x}, d))")
+            expr = f"DT({x}, d) if type({x}) is dict and d < M else X({x}, d)"
         elif typing.get_origin(tp) is tuple:
-            parts.append(f"('{{\"@l\":[]}}' if type({x}) is tuple and not {x} else "
-                         f"TT({x}, d) if type({x}) is tuple and d < M else X({x}, d))")
-        else:
-            parts.append(f"(S({x}) if type({x}) is str else I({x}) if type({x}) is int "
-                         f"else 'null' if {x} is None else X({x}, d))")
-    pieces = ['{"@t":' + _STR(t.__name__) + ',"v":{'] if not names else []
-    parts += [repr(p) for p in pieces]
-    parts.append(repr("}}"))
-    lines.append("    return ''.join((" + ", ".join(parts) + "))")
+            expr = (f"EMPTY if type({x}) is tuple and not {x} else "
+                    f"TT({x}, d) if type({x}) is tuple and d < M else X({x}, d)")
+        else:   # any JSON value: a user's mapping most often
+            expr = (f"S({x}) if type({x}) is str else {x} if type({x}) is int "
+                    f"else NULL if {x} is None else DT({x}, d) if type({x}) is dict and d < M "
+                    f"else X({x}, d)")
+        parts.append("{" + expr + "}")
+    if not names:
+        literal('{"@t":' + _STR(t.__name__) + ',"v":{')
+    literal("}}")
+    lines.append('    return f\'\'\'' + "".join(parts) + '\'\'\'')
     exec("\n".join(lines), scope)   # the field names are identifiers of our own classes
     return scope["text"]
 

@@ -472,6 +472,7 @@ class SqlLedgerStore:
         size = 0
         was = view.__dict__ if view is not None else _NO_COLLECTIONS
         now = new.__dict__
+        dumps = codec.dumps
         for kind in COLLECTIONS:
             before: tuple[Any, ...] = was[kind]
             after: tuple[Any, ...] = now[kind]
@@ -480,17 +481,16 @@ class SqlLedgerStore:
             base = 0
             if kind == "journal":  # the view held some entries; new ones go after the whole
                 base = (old.length if old is not None else 0) - len(before)
+            start = 0
             if kind in _APPEND_ONLY and len(after) >= len(before):
-                if any(a is not b and a != b for a, b in zip(before, after, strict=False)):
+                if before and any(a is not b and a != b for a, b in zip(before, after, strict=False)):
                     raise InvalidRecord(f"{kind} is append-only")  # pragma: no cover - ledger bug
                 start = len(before)
-            else:
-                start = 0
             for i in range(start, len(after)):
                 item = after[i]
                 if i < len(before) and (item is before[i] or item == before[i]):
                     continue
-                body = codec.dumps(item)
+                body = dumps(item)
                 size += len(body)
                 found.append((kind, base + i, body))
         journal = len(now["journal"]) + (old.length if old is not None else 0) - len(was["journal"])
@@ -505,32 +505,37 @@ class SqlLedgerStore:
                 f'"candidates":{len(now["candidates"])},"acceptances":{len(now["acceptances"])},'
                 f'"effects":{len(now["effects"])}}}}},"rows":{total}}}}}')
         size += len(head)
+        seq = new.seq
         cas: tuple[str, tuple[Any, ...]]
         if old is None:
-            cas = (self._insert_head, (work_id, new.seq, new.epoch, write_id, head))
+            cas = (self._insert_head, (work_id, seq, new.epoch, write_id, head))
         else:
-            cas = (self._update_head, (new.seq, new.epoch, write_id, head, work_id, old.state.seq))
+            cas = (self._update_head, (seq, new.epoch, write_id, head, work_id, old.state.seq))
         single = None
         rows: list[tuple[Any, ...]] = []
         rows_sql = _APPEND_ROW
         if self.dialect.name == "postgresql":
             if found:
-                params: list[Any] = [*cas[1], new.seq]
-                for n, (kind, idx, body) in enumerate(found, first + 1):
+                params: list[Any] = [*cas[1], seq]
+                n = first
+                for kind, idx, body in found:
+                    n += 1
                     params += (n, kind, idx, body)
                 single = (_pg_write(cas[0], len(found)), tuple(params))
             else:
                 single = cas  # the head alone: answered by its row count
         elif old is not None and old.wnum is not None:
             rid = old.wnum * SPAN + first
-            rows = [(rid + j, kind, idx, new.seq, body)
-                    for j, (kind, idx, body) in enumerate(found, 1)]
+            for kind, idx, body in found:
+                rid += 1
+                rows.append((rid, kind, idx, seq, body))
         else:   # the work's number is not known here yet: the statement looks it up
             rows_sql = _APPEND_ROW_NEW
-            rows = [(work_id, first + j, kind, idx, new.seq, body)
-                    for j, (kind, idx, body) in enumerate(found, 1)]
-        return Write(cas=cas, rows_sql=rows_sql, rows=rows, size=size, single=single,
-                     total_rows=total, creates=old is None)
+            n = first
+            for kind, idx, body in found:
+                n += 1
+                rows.append((work_id, n, kind, idx, seq, body))
+        return Write(cas, rows_sql, rows, size, single, total, old is None)
 
     def landed_request(self, work_id: str) -> Landed:
         return Landed(self.dialect.sql(_LANDED), (work_id,))
