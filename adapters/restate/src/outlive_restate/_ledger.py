@@ -26,6 +26,7 @@ from restate.serde import BytesSerde
 
 from outlive import codec
 from outlive import ledger as L
+from outlive._clone import evolve
 from outlive.errors import InvalidRecord, OutliveError
 from outlive.records import JournalEntry, WorkState
 
@@ -306,15 +307,11 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
         x = None
     elif not index and added and x is None:
         x = n
-    last: Any = None
     entries: list[bytes] = []
     for k, e in enumerate(added):
         hit = known.get(id(e)) if known is not None else None
         if hit is None:
-            last = codec.encode(e)
-            hit = _json(last)
-        else:
-            last = None     # the core encodes it again, if it is the last
+            hit = _encode_entry(e)
         entries.append(hit)
         if index:
             ctx.set(f"r/{e.result_id}", b"%d,%d" % (n + k, n), serde=_B)
@@ -336,15 +333,13 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
             cols.append(b'"%s":%s' % (name.encode(), raw))
         elif not value:
             stamps.pop(name, None)
-    head = replace(new, journal=new.journal[-1:], inputs=(), candidates=(), acceptances=(),
-                   effects=())
-    enc = codec.encode(replace(head, journal=()))
-    if head.journal:  # the last entry, encoded once for its own key and the core
-        enc["v"]["journal"] = {"@l": [last if last is not None else codec.encode(head.journal[0])]}
-    top: dict[str, Any] = {"v": _LAYOUT, "n": n}
-    if x is not None:
-        top["x"] = x
-    core = _json({**top, "k": {k: list(v) for k, v in stamps.items()}, "s": enc})
+    head = evolve(new, journal=new.journal[-1:], inputs=(), candidates=(), acceptances=(),
+                  effects=())
+    # written as _json({"v": .., "n": .., ["x": ..,] "k": .., "s": codec.encode(head)}) would
+    # write it, the head by the codec's text writer
+    core = b'{"v":%d,"n":%d,%s"k":%s,"s":%s}' % (
+        _LAYOUT, n, b'"x":%d,' % x if x is not None else b"",
+        _json({k: list(v) for k, v in stamps.items()}), codec.dumps(head).encode())
     ctx.set(_CORE, core, serde=_B)
     if wrote is not None:
         wrote += [b'"j":[', b",".join(entries), b'],"c":{', b",".join(cols), b'},"core":', core]
