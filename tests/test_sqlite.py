@@ -443,3 +443,67 @@ async def test_a_file_of_the_first_layout_is_refused_typed_and_left_unchanged(tm
     with pytest.raises(ConfigError, match="layout 1"):
         SqliteLedgerStore(str(db)).load(conn, "w")
     conn.close()
+
+
+def test_the_thread_answers_its_first_loop_by_a_reader_and_any_other_loop_all_the_same() -> None:
+    """The backend's thread answers the loop that called first through a socket that loop
+    reads (no handle per answer); a later loop is answered by its ``call_soon_threadsafe``.
+    Every call asked before ``stop()`` is answered, and the reader leaves the first loop once
+    the thread has ended."""
+    import asyncio
+    import functools
+    import threading
+
+    from outlive._sqlite import _Answers, _Writer
+
+    writer = _Writer()
+    seen: list[Any] = []
+
+    def where(i: int) -> int:
+        seen.append(threading.get_ident())
+        return i
+
+    async def many() -> list[int]:
+        return list(await asyncio.gather(*[writer.call(functools.partial(where, i))
+                                           for i in range(200)]))
+
+    async def first() -> None:
+        assert await many() == list(range(200))
+        answers = writer._answers
+        assert isinstance(answers, _Answers)
+        assert answers.loop is asyncio.get_running_loop()
+        with pytest.raises(ZeroDivisionError):
+            await writer.call(lambda: 1 // 0)     # an error reaches the caller as itself
+
+    asyncio.run(first())
+    first_answers = writer._answers
+    assert first_answers is not None
+
+    async def second() -> None:
+        assert await many() == list(range(200))   # through this loop's call_soon_threadsafe
+        futs = [writer.call(functools.partial(int, i)) for i in range(50)]
+        writer.stop()                              # asked after the 50: they are still answered
+        assert await asyncio.gather(*futs) == list(range(50))
+
+    asyncio.run(second())
+    writer._thread.join(5)
+    assert not writer._thread.is_alive()
+    assert threading.get_ident() not in seen        # every call ran on the thread
+    assert first_answers._read.fileno() == -1       # closed once its loop was gone
+
+    async def third() -> None:
+        w = _Writer()
+        assert await w.call(lambda: "x") == "x"
+        answers = w._answers
+        assert answers is not None
+        fd = answers._read.fileno()
+        selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
+        assert fd in selector.get_map()
+        w.stop()
+        w._thread.join(5)
+        for _ in range(3):
+            await asyncio.sleep(0)                  # the thread's last act: close the reader
+        assert answers._read.fileno() == -1
+        assert fd not in selector.get_map()
+
+    asyncio.run(third())

@@ -66,15 +66,75 @@ class _NoLoop:
         self.event.set()
 
 
+class _Answers:
+    """The writer thread's answers to one event loop, read by a reader of the loop's own.
+
+    Stands in for the loop in a job: its ``call_soon_threadsafe`` (called on the writer thread)
+    queues the answer and writes one byte to a socket the loop watches; the loop's reader
+    settles every queued answer. The loop's own ``call_soon_threadsafe`` built a handle per
+    answer and woke the loop through its self-pipe, whose reader reads until the pipe is empty:
+    an exception raised and caught on every wake-up. A no-op round trip through the thread
+    went from 65 K to 51 K instructions (callgrind).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.done: collections.deque[tuple[Any, Any, BaseException | None]] = collections.deque()
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
+        try:
+            loop.add_reader(self._read.fileno(), self._drain)
+        except BaseException:   # a loop that watches no sockets: the caller uses the loop's own
+            self._read.close()
+            self._write.close()
+            raise
+
+    def call_soon_threadsafe(self, _settle_fn: Any, fut: Any, result: Any,
+                             error: BaseException | None) -> None:
+        """On the writer thread: ``_settle(fut, result, error)`` on the loop, soon."""
+        self.done.append((fut, result, error))
+        try:
+            self._write.send(b"\0")
+        except (BlockingIOError, InterruptedError):
+            pass  # full of wake-ups the loop has not read yet: it will come to this answer
+        except OSError:
+            pass  # closed: the loop has ended (its close() settled what was queued)
+
+    def _drain(self) -> None:
+        try:
+            self._read.recv(4096)   # readable, so this never waits; every byte is a wake-up
+        except (BlockingIOError, InterruptedError):
+            pass
+        done = self.done
+        while done:   # an answer queued after the recv above is taken now or at its own byte
+            _settle(*done.popleft())
+
+    def close(self) -> None:
+        """On the loop's thread, once the writer thread has ended: every answer still queued
+        is settled, then the reader goes."""
+        try:
+            self.loop.remove_reader(self._read.fileno())
+        except (RuntimeError, ValueError, OSError, AttributeError):
+            pass   # the loop is closed
+        done = self.done
+        while done:
+            _settle(*done.popleft())
+        self._read.close()
+        self._write.close()
+
+
 class _Writer:
     """One thread that runs this backend's ``sqlite3`` calls, in the order they were asked.
 
     A call is a deque append and one byte on a socket pair to wake the thread; the answer goes
-    back by one ``call_soon_threadsafe``. The socket is the point: a write to a local socket is a
-    *synchronous* wake-up for the kernel's scheduler (the writer is about to sleep), so the
-    thread is woken on the caller's CPU, where a futex (``queue.SimpleQueue``,
-    ``run_in_executor``) wakes it on an idle one. On a 2-core virtual machine that is 10-15 us
-    a round trip against 13-80 us (an idle virtual CPU is slow to wake), every time.
+    back the same way, to a reader on the caller's loop (:class:`_Answers`; a call from a
+    second loop is answered by that loop's ``call_soon_threadsafe``). The socket is the point:
+    a write to a local socket is a *synchronous* wake-up for the kernel's scheduler (the writer
+    is about to sleep), so the thread is woken on the caller's CPU, where a futex
+    (``queue.SimpleQueue``, ``run_in_executor``) wakes it on an idle one. On a 2-core virtual
+    machine that is 10-15 us a round trip against 13-80 us (an idle virtual CPU is slow to
+    wake), every time.
 
     A daemon thread: a call still running when the interpreter exits is cut off as a killed
     process's would be (the file stays whole; the caller's loop is gone anyway).
@@ -84,9 +144,13 @@ class _Writer:
         self._jobs: collections.deque[_Job | None] = collections.deque()
         self._wake, waiter = socket.socketpair()
         self._wake.setblocking(False)
-        # The thread holds the deque and its socket, not this object: a backend dropped without
-        # close() still ends its thread (the finalizer asks it to stop).
-        self._thread = threading.Thread(target=self._run, args=(self._jobs, waiter),
+        #: The answer channel of the first loop that calls (the thread closes it as it ends).
+        self._answers: _Answers | None = None
+        self._box: list[_Answers | None] = [None]
+        self._plain = False
+        # The thread holds the deque, its socket and the box, not this object: a backend dropped
+        # without close() still ends its thread (the finalizer asks it to stop).
+        self._thread = threading.Thread(target=self._run, args=(self._jobs, waiter, self._box),
                                         name="outlive-sqlite", daemon=True)
         self._thread.start()
         weakref.finalize(self, self._close, self._jobs, self._wake)
@@ -107,7 +171,8 @@ class _Writer:
         wake.close()   # what was sent is still read; then the thread sees the end
 
     @staticmethod
-    def _run(jobs: collections.deque[_Job | None], waiter: socket.socket) -> None:
+    def _run(jobs: collections.deque[_Job | None], waiter: socket.socket,
+             box: list[_Answers | None]) -> None:
         try:
             while True:
                 woken = waiter.recv(4096)
@@ -131,13 +196,33 @@ class _Writer:
                     return   # the other end is closed and nothing is left to run
         finally:
             waiter.close()
+            answers = box[0]
+            if answers is not None:   # closed on its loop, after the answers sent before
+                try:
+                    answers.loop.call_soon_threadsafe(answers.close)
+                except RuntimeError:
+                    answers.close()   # the loop is closed: nothing reads it any more
 
     def call(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         """``fn()`` on the thread; await the future for its value (or its exception)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._post(self._jobs, self._wake, (fn, loop, fut))
+        answers: Any = self._answers
+        if answers is None or answers.loop is not loop:
+            answers = self._answers_for(loop)
+        self._post(self._jobs, self._wake, (fn, answers, fut))
         return fut
+
+    def _answers_for(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """Where answers to a call from ``loop`` go: the first loop's own reader, else the
+        loop's ``call_soon_threadsafe``."""
+        if self._answers is None and not self._plain:
+            try:
+                self._answers = self._box[0] = _Answers(loop)
+                return self._answers
+            except (NotImplementedError, RuntimeError, OSError):
+                self._plain = True
+        return loop
 
     def wait(self) -> None:
         """Block until every call asked so far has finished (from any thread but this one)."""
