@@ -311,8 +311,16 @@ class CachedWork:
     wnum: int | None = None
 
     def view(self, command: Command | Checked) -> WorkState:
+        """The state with only the journal entries ``command`` reads. Usually none is found (a
+        new step's result id, or a command that reads none): then it is :attr:`state` itself,
+        whose journal is empty, not a copy (the ledger never changes what it is given)."""
         wanted = reads(self.state, command)
-        found = sorted(i for r in wanted if (i := self.index.get(r, self.length)) < self.length)
+        if not wanted:
+            return self.state
+        index, length = self.index, self.length
+        found = sorted(i for r in wanted if (i := index.get(r, length)) < length)
+        if not found:
+            return self.state
         return evolve(self.state, journal=tuple(self.journal[i] for i in found))
 
     def whole(self) -> WorkState:
@@ -335,10 +343,18 @@ def advance(old: CachedWork | None, view: WorkState | None, new: WorkState,
     for the command); None if that leaves a gap in the journal (then read the work again).
     ``rows``: the work's stored rows after the write (SQL stores).
 
-    ``old`` is spent: it becomes the new version (its journal list and index only grow).
+    ``old`` is spent: it becomes the new version (its journal list and index only grow). So is
+    ``new``: it becomes the cached state, its journal emptied in place (the ledger built it for
+    this command and nothing else holds it; copying it to empty the journal cost as much as the
+    rest of the cache's upkeep).
     """
     added = new.journal[len(view.journal) if view is not None else 0:]
-    state = evolve(new, journal=())
+    state = new
+    if new.journal:
+        if new is view or (old is not None and new is old.state):   # pragma: no cover - misuse
+            state = evolve(new, journal=())
+        else:
+            object.__setattr__(new, "journal", ())
     if old is None:
         work = CachedWork(state=state, journal=[], index={}, length=len(added), rows=rows)
     else:   # spent: moved forward in place (nothing else holds a version of the cache)
