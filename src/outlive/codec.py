@@ -245,18 +245,33 @@ def _text(value: Any, depth: int) -> str:
 
 
 def _tuple_text(value: tuple[Any, ...], depth: int) -> str:
-    """A tuple at ``depth`` (below the nesting limit), as :func:`_text` writes it."""
+    """A tuple at ``depth`` (below the nesting limit), as :func:`_text` writes it.
+
+    Loops, not comprehensions: a comprehension is a function call of its own (Python 3.11), and
+    most tuples and mappings in a record hold one or two items.
+    """
     d = depth + 1
-    return '{"@l":[' + ",".join([_STR(v) if type(v) is str else _text(v, d) for v in value]) + "]}"
+    if len(value) == 1:
+        v = value[0]
+        return f'{{"@l":[{_STR(v) if type(v) is str else _text(v, d)}]}}'
+    out = []
+    for v in value:
+        out.append(_STR(v) if type(v) is str else _text(v, d))
+    return '{"@l":[' + ",".join(out) + "]}"
 
 
 def _dict_text(value: dict[Any, Any], depth: int) -> str:
     """A dict at ``depth`` (below the nesting limit), as :func:`_text` writes it."""
     d = depth + 1
-    return '{"@d":{' + ",".join([
-        _STR(k if type(k) is str else str(k)) + ":"
-        + (_STR(v) if type(v) is str else _INT(v) if type(v) is int else _text(v, d))
-        for k, v in value.items()]) + "}}"
+    if len(value) == 1:
+        for k, v in value.items():
+            return (f'{{"@d":{{{_STR(k if type(k) is str else str(k))}:'
+                    f'{_STR(v) if type(v) is str else _INT(v) if type(v) is int else _text(v, d)}}}}}')
+    out = []
+    for k, v in value.items():
+        out.append(_STR(k if type(k) is str else str(k)) + ":"
+                   + (_STR(v) if type(v) is str else _INT(v) if type(v) is int else _text(v, d)))
+    return '{"@d":{' + ",".join(out) + "}}"
 
 
 def _compile_text(t: type, blank: tuple[str, ...] = ()) -> Any:
