@@ -16,10 +16,11 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Union
 
+from ._clone import _fields, clone
 from .errors import InvalidRecord
-from .hashing import _json_ok, _utf8, check_json
+from .hashing import NOT_JSON, _json_copy, _json_ok, _utf8, check_json
 
-__all__ = ["INT_MAX", "INT_MIN", "check_fields", "check_id"]
+__all__ = ["INT_MAX", "INT_MIN", "check_fields", "check_id", "checked_copy"]
 
 #: The integers every backend stores exactly (SQLite's INTEGER is a signed 64-bit value).
 INT_MIN = -(2 ** 63)
@@ -129,6 +130,101 @@ def _expr(tp: Any, x: str, env: dict[str, Any]) -> str:
         return (f"(type({x}) is {name} and (FAST.get({name}) or "
                 f"FAST.setdefault({name}, COMPILE({name})))({x}))")
     return "False"
+
+
+# -- checked and copied in one walk --------------------------------------------------------------
+_Copy = Callable[[Any], Any]
+_COPY: dict[type, _Copy] = {}
+
+
+def checked_copy(value: Any) -> Any:
+    """``clone(value)`` if :func:`check_fields` accepts ``value``, else None.
+
+    The ledger checks a command and copies it on its way in; this does both in one walk,
+    compiled per class from the same annotations as the check (each field's test inline, a
+    ``dict[str, str]`` tested and then copied by ``dict.copy``, a JSON value checked and copied
+    together). None does not say the value is bad (a shape this does not compile, a subclass):
+    then :func:`check_fields` decides and names the bad field, and ``clone`` copies.
+    """
+    cls = type(value)
+    copy = _COPY.get(cls)
+    if copy is None:
+        copy = _COPY[cls] = _copy_record(cls)
+    return copy(value)
+
+
+def _none(value: Any) -> None:
+    return None
+
+
+def _copy_record(cls: type) -> _Copy:
+    """The compiled check-and-copy of one of our record classes (see :func:`checked_copy`): a
+    field holding nothing that can change is shared, the record rebuilt only if a field was
+    copied, as ``clone`` does."""
+    if (not dataclasses.is_dataclass(cls) or cls.__module__ not in ("outlive.records", "outlive.ledger")
+            or hasattr(cls, "__slots__") or _fields(cls) is None):
+        return _none
+    names = [f.name for f in dataclasses.fields(cls)]
+    if not all(n.isidentifier() for n in names):
+        return _none
+    env: dict[str, Any] = {"J": _json_copy, "NO": NOT_JSON, "U": _utf8, "NEW": object.__new__,
+                           "T": cls, "COPY": _COPY, "COMPILE": _copy_record, "CLONE": clone}
+    lines = ["def copy(value):", "    try:", "        a = value.__dict__"]
+    lines += [f"        x{i} = a[{n!r}]" for i, n in enumerate(names)]
+    lines += ["    except (KeyError, AttributeError):", "        return None"]
+    for i, n in enumerate(names):
+        lines += ["    " + line for line in _copy_lines(_hints(cls)[n], f"x{i}", f"y{i}", env)]
+    same = " and ".join(f"y{i} is x{i}" for i in range(len(names))) or "True"
+    lines += [f"    if {same}:", "        return value", "    out = NEW(T)", "    d = out.__dict__"]
+    lines += [f"    d[{n!r}] = y{i}" for i, n in enumerate(names)]
+    lines.append("    return out")
+    exec("\n".join(lines), env)   # field names and types of our own classes
+    copy: _Copy = env["copy"]
+    return copy
+
+
+def _copy_lines(tp: Any, x: str, y: str, env: dict[str, Any]) -> list[str]:
+    """Statements that set ``y`` to the copy of ``x`` (a ``tp``), or return None from the
+    function if the check says no (a shape without its own statements: the check's expression,
+    then ``clone``)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    scalar = (str, int, bool)
+    if tp is Any:
+        return [f"{y} = J({x}, 0)", f"if {y} is NO:", "    return None"]
+    if origin in (Union, types.UnionType) and len(args) == 2 and type(None) in args:
+        (option,) = [o for o in args if o is not type(None)]
+        return [f"if {x} is None:", f"    {y} = None", "else:",
+                *["    " + line for line in _copy_lines(option, x, y, env)]]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = args[0]
+        t = f"t{len(env)}"
+        env[t] = None   # names taken
+        if item in scalar or (isinstance(item, type) and issubclass(item, Enum)):
+            return [f"if type({x}) is not tuple:", "    return None", f"for {t} in {x}:",
+                    f"    if not ({_expr(item, t, env)}):", "        return None", f"{y} = {x}"]
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            c = f"c{len(env)}"
+            env[c] = None   # names taken
+            return [f"if type({x}) is not tuple:", "    return None", f"{y} = []",
+                    f"for {t} in {x}:",
+                    *["    " + line for line in _copy_lines(item, t, c, env)],
+                    f"    {y}.append({c})", f"{y} = tuple({y})"]
+    if origin is dict and args == (str, str):
+        k, v = f"k{len(env)}", f"v{len(env)}"
+        env[k] = None   # names taken
+        return [f"if type({x}) is not dict:", "    return None", f"for {k}, {v} in {x}.items():",
+                f"    if not ({_expr(str, k, env)} and {_expr(str, v, env)}):", "        return None",
+                f"{y} = {x}.copy()"]
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        name = f"T{len(env)}"
+        env[name] = tp
+        return [f"if type({x}) is not {name}:", "    return None",
+                f"{y} = (COPY.get({name}) or COPY.setdefault({name}, COMPILE({name})))({x})",
+                f"if {y} is None:", "    return None"]
+    if tp in scalar or (isinstance(tp, type) and issubclass(tp, Enum)):
+        return [f"if not ({_expr(tp, x, env)}):", "    return None", f"{y} = {x}"]
+    return [f"if not ({_expr(tp, x, env)}):", "    return None", f"{y} = CLONE({x})"]
 
 
 def _fail(path: str, expected: str, value: Any) -> InvalidRecord:

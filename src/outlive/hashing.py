@@ -56,6 +56,56 @@ def _json_ok(value: Any, depth: int) -> bool:
     return False
 
 
+#: What :func:`_json_copy` answers for a value :func:`_json_ok` does not vouch for.
+NOT_JSON: Any = object()
+
+
+def _json_copy(value: Any, depth: int) -> Any:
+    """``_clone.clone(value)`` if :func:`_json_ok` accepts ``value``, else :data:`NOT_JSON`:
+    one walk that checks and copies (a value is checked and copied on its way into the ledger).
+
+    Every dict and list is new, a tuple too when something in it was copied; scalars are shared.
+    """
+    t = type(value)
+    if t is str:
+        return value if value.isascii() or _utf8(value) else NOT_JSON
+    if value is None or t is bool:
+        return value
+    if t is int:
+        return value if -_INT_LIMIT <= value < _INT_LIMIT else NOT_JSON
+    if depth >= MAX_DEPTH:
+        return NOT_JSON
+    if t is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str or not (k.isascii() or _utf8(k)):
+                return NOT_JSON
+            tv = type(v)
+            if tv is str:
+                if not (v.isascii() or _utf8(v)):
+                    return NOT_JSON
+            elif tv is int:
+                if not -_INT_LIMIT <= v < _INT_LIMIT:
+                    return NOT_JSON
+            elif tv is not bool and v is not None:
+                v = _json_copy(v, depth + 1)
+                if v is NOT_JSON:
+                    return NOT_JSON
+            out[k] = v
+        return out
+    if t is list or t is tuple:
+        items = []
+        for v in value:
+            c = _json_copy(v, depth + 1)
+            if c is NOT_JSON:
+                return NOT_JSON
+            items.append(c)
+        if t is list:
+            return items
+        return value if all(c is v for c, v in zip(items, value)) else tuple(items)
+    return NOT_JSON
+
+
 def _utf8(value: str) -> bool:
     try:
         value.encode("utf-8")

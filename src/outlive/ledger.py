@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from . import errors as E
-from ._check import check_fields, check_id
+from ._check import check_fields, check_id, checked_copy
 from ._clone import clone, evolve, quick_init
-from .hashing import _canonical_size, _result_hash, canonical, content_hash, input_key
+from .hashing import _canonical_size, _result_hash, _text_of, canonical, content_hash, input_key
 from .records import (
     Acceptance,
     Attempt,
@@ -332,8 +332,19 @@ class Checked:
 def checked(cmd: Any) -> Checked:
     """``cmd`` checked (:func:`check_command`) and copied: for a store that asks :func:`reads`
     and then :func:`apply` about the same command, so it is checked and copied once."""
-    check_command(cmd)
-    return Checked(clone(cmd))
+    return Checked(_copy_in(cmd))
+
+
+def _copy_in(cmd: Any) -> Command:
+    """``cmd`` checked (:func:`check_command`) and copied (``clone``): in one walk when the
+    compiled check-and-copy vouches for it, else by the check (which names a bad field) and
+    ``clone``."""
+    copy = checked_copy(cmd) if isinstance(cmd, COMMANDS) else None
+    if copy is None:
+        check_command(cmd)
+        copy = clone(cmd)
+    result: Command = copy
+    return result
 
 
 def reads(state: WorkState | None, cmd: Command | Checked) -> frozenset[str]:
@@ -464,6 +475,26 @@ def key_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+#: :func:`key_hash` of the secrets met lately, by the exact secret: an attempt's writes all carry
+#: the same one, so each write's check is a dict look-up after the first. Cleared when full.
+_KEY_HASHES: dict[str, str] = {}
+_KEY_HASHES_MAX = 1024
+
+
+def _secret_hash(secret: str) -> str:
+    """:func:`key_hash` of a secret, remembered when it is an exact ``str`` (equal is the same
+    text, so a wrong secret never finds a right one's hash)."""
+    if type(secret) is not str:
+        return key_hash(secret)
+    digest = _KEY_HASHES.get(secret)
+    if digest is None:
+        digest = key_hash(secret)
+        if len(_KEY_HASHES) >= _KEY_HASHES_MAX:
+            _KEY_HASHES.clear()
+        _KEY_HASHES[secret] = digest
+    return digest
+
+
 def _size(value: Any, what: str, name: str | None = None) -> None:
     """:func:`check_size` of a field of a checked command (its values are JSON already);
     ``what`` is formatted with ``name`` only for the error."""
@@ -480,7 +511,7 @@ def _owner(state: WorkState, attempt_no: int, token: int, secret: str | None) ->
             f"token {token} was never issued to attempt #{attempt_no} of {state.work_id}",
             token=token, attempt=attempt_no, epoch=state.epoch, work_id=state.work_id,
         )
-    if att.key_hash is not None and (not isinstance(secret, str) or key_hash(secret) != att.key_hash):
+    if att.key_hash is not None and (not isinstance(secret, str) or _secret_hash(secret) != att.key_hash):
         raise E.UnknownToken(
             f"token {token} of attempt #{attempt_no} of {state.work_id} does not carry the secret "
             "issued with it at admission",
@@ -637,16 +668,15 @@ def apply(state: WorkState | None, cmd: Command | Checked, *, work_id: str | Non
     no object the caller holds can reach the state, and no object returned can change it. A
     :class:`Checked` command was checked and copied already.
     """
-    command: Command
-    if type(cmd) is Checked:
-        command = cmd.command
-    else:
-        check_command(cmd)
-        command = clone(cmd)
+    command = cmd.command if type(cmd) is Checked else _copy_in(cmd)
     if work_id is not None:
         check_work_id(work_id)
     if now is not None and (type(now) is not int):
         raise E.InvalidRecord("the store's clock must be an integer", field="now")
+    if type(command) is RecordSteps and state is not None:
+        done = _record_usual(state, command, now)
+        if done is not None:
+            return done
     new, outcome = _apply(state, command, work_id, now)
     return new, clone(outcome)
 
@@ -809,6 +839,120 @@ def _record(state: WorkState, cmd: RecordSteps, now: int | None) -> tuple[WorkSt
                   attempts=_touch(state, att, _when(cmd.at, now), stale),
                   stale_writes_applied=state.stale_writes_applied + (added if stale else 0))
     return new, Outcome(kind="journaled", record=journal[-1], seq=seq)
+
+
+_NEW = object.__new__
+_SET = object.__setattr__
+_RUNNING = AttemptState.RUNNING
+#: Canonical text of at most this many characters is within the limit whatever its characters.
+_MAX_CHARS = MAX_PAYLOAD_BYTES // 4
+
+
+def _record_usual(state: WorkState, cmd: RecordSteps,
+                  now: int | None) -> tuple[WorkState, Outcome] | None:
+    """What ``apply`` answers for ``cmd`` in the usual case, built directly; None otherwise.
+
+    The usual case: the attempt's current owner writes new entries that pass every check (its
+    token is the epoch, it carries the token's secret, the attempt has not ended, each entry's
+    name, input key, external names, size and version parts are right, none is journaled
+    already). These are the checks of :func:`_fence`, :func:`_check_sources` and
+    :func:`_journal`, each one a condition here: when any of them fails (a stale or foreign
+    token, a retried entry, a bad key) this returns None and the general path decides, so every
+    refusal and every unusual answer comes from the general path. Equality with it is tested
+    command by command (tests/test_ledger_fast.py).
+    """
+    token = cmd.token
+    if token != state.epoch or token <= 0:
+        return None
+    number = cmd.attempt
+    for att in state.attempts:          # WorkState.attempt
+        if att.number == number:
+            break
+    else:
+        return None
+    if att.token != token or att.state in _ENDED:
+        return None
+    if att.key_hash is not None:
+        secret = cmd.secret
+        if type(secret) is not str or (_KEY_HASHES.get(secret) or _secret_hash(secret)) != att.key_hash:
+            return None
+    entries = cmd.entries
+    if not entries:
+        return None
+    pins = state.policy.pins
+    parts: dict[str, str] | None = None
+    if pins and att.pinned_version is not None:
+        for version in state.inputs:    # WorkState.version
+            if version.version == att.pinned_version:
+                parts = version.parts
+                break
+        else:
+            return None
+    journal = state.journal
+    seq = state.seq
+    added: list[JournalEntry] = []
+    for w in entries:
+        step, sources, external, result, rid = w.step, w.sources, w.external, w.result, w.result_id
+        if not step or input_key(step, sources) != w.input_key:
+            return None
+        for name in external:
+            if name not in sources:
+                return None
+        text = _text_of(result)         # _size: a character is at most four bytes
+        if len(text) > _MAX_CHARS and (len(text) if text.isascii()
+                                        else len(text.encode("utf-8"))) > MAX_PAYLOAD_BYTES:
+            return None
+        if parts is not None:           # _check_against
+            for name, digest in sources.items():
+                if name in external:
+                    if name in parts:
+                        return None
+                    continue
+                part = parts.get(name)
+                if part is None:
+                    if digest not in parts.values():
+                        return None
+                elif part != digest:
+                    return None
+        for e in journal:
+            if e.result_id == rid:
+                return None
+        for e in added:
+            if e.result_id == rid:
+                return None
+        seq += 1
+        fields = {"step": step, "input_key": w.input_key if pins else None,
+                  "sources": sources if pins else {},     # the command is a copy
+                  "result": result, "result_id": rid, "attempt": att.number, "token": token,
+                  "seq": seq, "stale": False, "external": tuple(external) if pins else ()}
+        entry = _NEW(JournalEntry)
+        _SET(entry, "__dict__", fields)
+        added.append(entry)
+    at = cmd.at if now is None or cmd.at <= now else now
+    fields = att.__dict__.copy()        # _alive
+    fields["state"] = _RUNNING
+    fields["last_heartbeat"] = max(att.last_heartbeat, at)
+    fields["signs"] = att.signs + 1
+    fields["waiting_for"] = None
+    alive = _NEW(Attempt)
+    _SET(alive, "__dict__", fields)
+    attempts = state.attempts
+    fields = state.__dict__.copy()
+    fields["journal"] = (*journal, *added)
+    fields["seq"] = seq
+    fields["attempts"] = ((alive,) if len(attempts) == 1 else
+                          tuple([alive if a.number == number else a for a in attempts]))
+    new = _NEW(WorkState)
+    _SET(new, "__dict__", fields)
+    # The outcome's record is a copy of the last entry (clone's copy, built directly).
+    fields = added[-1].__dict__.copy()
+    fields["sources"] = fields["sources"].copy()
+    fields["result"] = clone(fields["result"])
+    record = _NEW(JournalEntry)
+    _SET(record, "__dict__", fields)
+    outcome = _NEW(Outcome)
+    _SET(outcome, "__dict__", {"kind": "journaled", "record": record, "seq": seq})
+    return new, outcome
 
 
 def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: tuple[Part, ...],
