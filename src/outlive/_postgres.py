@@ -18,6 +18,8 @@ default 4), ``timeout`` (how long a command may keep retrying a busy work, defau
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
@@ -93,6 +95,49 @@ def postgres_options(url: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[s
     return urlunsplit(("postgresql", parts.netloc, parts.path, "", "")), options
 
 
+class _Pool:
+    """Idle connections, last in first out, and the callers waiting for one.
+
+    What ``asyncio.LifoQueue`` did for the pool, without its task accounting (an ``Event``
+    cleared on every put) and method layers: taking an idle connection is a list pop.
+    """
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self) -> None:
+        #: Idle connections (None: a place to open one in), the one given back last at the end.
+        self.free: list[psycopg.AsyncConnection[Any] | None] = []
+        self.waiters: collections.deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = (
+            collections.deque())
+
+    async def get(self) -> psycopg.AsyncConnection[Any] | None:
+        if self.free:
+            return self.free.pop()
+        fut: asyncio.Future[psycopg.AsyncConnection[Any] | None] = (
+            asyncio.get_running_loop().create_future())
+        self.waiters.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.put_nowait(fut.result())   # handed over as we were cancelled: pass it on
+            else:
+                try:
+                    self.waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+
+    def put_nowait(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+        waiters = self.waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return
+        self.free.append(conn)
+
+
 class PostgresLedger:
     """Ledgers in ``outlive_works`` / ``outlive_log`` of one database, on a small pool.
 
@@ -103,7 +148,10 @@ class PostgresLedger:
         self.url = url
         self.conninfo, self.options = postgres_options(url, extra_options)
         self.store = SqlLedgerStore(POSTGRES, url)
-        self._idle: asyncio.Queue[psycopg.AsyncConnection[Any] | None] | None = None
+        self._idle: _Pool | None = None
+        #: One cursor per pooled connection for its writes (psycopg builds a cursor per
+        #: ``conn.execute``); a write's result is one small row.
+        self._cursors: dict[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]] = {}
         self._all: list[psycopg.AsyncConnection[Any]] = []
         #: Times a write waited for another session's row lock (``lock_timeout``) and retried.
         self.busy_retries = 0
@@ -145,13 +193,12 @@ class PostgresLedger:
         # whose server process is awake and warm. Taken in turn (a FIFO), each statement went to
         # the server process idle the longest: a fenced write took 470 us where the same
         # statement on one connection took 270-380 us.
-        self._idle = asyncio.LifoQueue()
+        self._idle = _Pool()
         for _ in range(self.options["pool"] - 1):
             self._idle.put_nowait(None)  # opened on first use, when the others are all busy
         self._idle.put_nowait(conn)
 
-    async def _take(self) -> tuple[asyncio.Queue[psycopg.AsyncConnection[Any] | None],
-                                   psycopg.AsyncConnection[Any]]:
+    async def _take(self) -> tuple[_Pool, psycopg.AsyncConnection[Any]]:
         """A connection of the pool, idle and outside any transaction, and the queue it goes
         back to (give it back with ``put_nowait`` whatever happens).
 
@@ -162,14 +209,15 @@ class PostgresLedger:
         idle = self._idle
         if idle is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
-        conn = idle.get_nowait() if not idle.empty() else await idle.get()
+        conn = idle.free.pop() if idle.free else await idle.get()
         if (conn is not None and not conn.closed and not conn.broken
-                and conn.info.transaction_status == _IDLE):
+                and conn.pgconn.transaction_status == _IDLE):
             return idle, conn   # the usual case
         try:
             if conn is not None:
                 if conn in self._all:
                     self._all.remove(conn)
+                self._cursors.pop(conn, None)
                 stale, conn = conn, None
                 try:
                     await stale.close()
@@ -189,51 +237,61 @@ class PostgresLedger:
         finally:
             idle.put_nowait(conn)  # to the queue it came from, even if close() dropped it
 
+    def _cursor(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
+        cur = self._cursors.get(conn)
+        if cur is None:
+            cur = self._cursors[conn] = conn.cursor()
+        return cur
+
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         idle, conn = await self._take()
-        try:
+        try:   # a cursor of its own: a long read's rows are not kept after it
             cur = await conn.execute(sql, params)
             return await cur.fetchall()
         finally:
             idle.put_nowait(conn)
 
+    async def _write_once(self, req: Write, single: tuple[str, tuple[Any, ...]]) -> bool:
+        idle, conn = await self._take()
+        try:
+            if self.before_write is not None:
+                await self.before_write(conn)
+            cur = self._cursor(conn)
+            await cur.execute(*single)
+            if single is req.cas or single == req.cas:   # the head alone: its row count
+                return cur.rowcount == 1
+            row = await cur.fetchone()
+        finally:
+            idle.put_nowait(conn)
+        return row is not None and int(row[0]) == 1
+
+    def _busy(self) -> None:
+        self.busy_retries += 1
+
     async def _write(self, req: Write) -> bool:
         """One statement, so one round trip and no transaction left open between statements."""
         single = req.single
         assert single is not None
-
-        async def once() -> bool:
-            idle, conn = await self._take()
-            try:
-                if self.before_write is not None:
-                    await self.before_write(conn)
-                cur = await conn.execute(*single)
-                if single == req.cas:   # the head alone: its row count
-                    return cur.rowcount == 1
-                row = await cur.fetchone()
-            finally:
-                idle.put_nowait(conn)
-            return row is not None and int(row[0]) == 1
-
-        def busy() -> None:
-            self.busy_retries += 1
-
         try:
             try:
-                return await once()   # the usual case: no other session holds the work
+                return await self._write_once(req, single)   # usual: no other session holds it
             except _RETRY:
-                busy()
+                self._busy()
                 await asyncio.sleep(0.001)
-            return await while_busy(once, self.options["timeout"], busy)
+            return await while_busy(functools.partial(self._write_once, req, single),
+                                    self.options["timeout"], self._busy)
         except _RETRY as exc:
             raise BackendUnavailable(
                 f"{self.url}: the work stayed locked by another session for over "
                 f"{self.options['timeout']} ms; nothing was written",
                 url=self.url, landed=False) from exc
 
+    def _read_error(self, exc: Exception) -> Exception:
+        return BackendUnavailable(f"{self.url}: {exc}; nothing was written", url=self.url,
+                                  landed=False)
+
     async def drive(self, flow: Generator[Request, Any, Any]) -> Any:
-        steps = Steps(flow, lambda exc: BackendUnavailable(
-            f"{self.url}: {exc}; nothing was written", url=self.url, landed=False))
+        steps = Steps(flow, self._read_error)
         for req in steps:
             try:
                 steps.answer = (await self._write(req) if isinstance(req, Write)
@@ -261,6 +319,7 @@ class PostgresLedger:
 
     async def close(self) -> None:
         conns, self._all, self._idle = self._all, [], None
+        self._cursors.clear()
         for conn in conns:
             await conn.close()
 
