@@ -9,7 +9,9 @@ a stray row.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,14 @@ from langgraph.func import entrypoint
 
 import outlive
 from outlive import External, Worker
-from outlive_langgraph import FencedAsyncSqliteSaver, LangGraphBackend, _engine, outlive_task, run
+from outlive_langgraph import (
+    FencedAsyncSqliteSaver,
+    LangGraphBackend,
+    _engine,
+    outlive_task,
+    run,
+    step_thread_id,
+)
 
 from ._q3 import first_attempt
 
@@ -94,6 +103,74 @@ async def test_a_worker_step_is_one_commit_with_its_task(sqlite_backend: LangGra
     for i in range(N):
         assert await w.step(f"s{i}", lambda i: {"i": i}, i=External(i)) == {"i": i}
     assert saver.merged == N
+    st = await b.load("q3")
+    assert st is not None and [e.step for e in st.journal] == [f"s{i}" for i in range(N)]
+
+
+async def test_a_worker_step_is_two_commits_with_its_programs_checkpoints(
+        sqlite_backend: LangGraphBackend) -> None:
+    """The one-task program's input checkpoint is held for the step's journal transaction: a
+    step is two commits (the entry with LangGraph's rows and that checkpoint, then the final
+    checkpoint), not three, and every checkpoint LangGraph saved is on the program's thread."""
+    b = sqlite_backend
+    saver = _saver(b)
+    w = await _worker(b)
+    commits = await _commits(saver)
+    for i in range(N):
+        assert await w.step(f"s{i}", lambda i: {"i": i}, i=External(i)) == {"i": i}
+    assert saver.carried_puts == N
+    assert len(commits) == 2 * N, commits
+    thread = step_thread_id("q3", w.attempt.number)
+    with sqlite3.connect(b.path) as conn:   # type: ignore[attr-defined]
+        sources = [json.loads(m)["source"] for (m,) in conn.execute(
+            "SELECT metadata FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id",
+            (thread,))]
+    assert sources == ["input", "loop"] * N
+
+
+async def test_a_failed_step_lets_its_held_checkpoint_go_alone(
+        sqlite_backend: LangGraphBackend) -> None:
+    """No journal entry comes for a body that raises: the held input checkpoint is written by
+    itself as soon as LangGraph saves the error (not when the hold runs out), and lands."""
+    b = sqlite_backend
+    saver = _saver(b)
+    saver.carry_seconds = 600.0
+    w = await _worker(b)
+
+    def boom() -> None:
+        raise RuntimeError("model down")
+
+    with pytest.raises(RuntimeError, match="model down"):
+        await asyncio.wait_for(w.step("s0", boom), 60)
+    assert saver.carried_puts == 0
+    thread = step_thread_id("q3", w.attempt.number)
+    with sqlite3.connect(b.path) as conn:   # type: ignore[attr-defined]
+        sources = [json.loads(m)["source"] for (m,) in conn.execute(
+            "SELECT metadata FROM checkpoints WHERE thread_id = ?", (thread,))]
+    assert sources == ["input"]
+
+
+async def test_a_step_saved_at_the_end_is_the_programs_exit_checkpoint_alone(
+        sqlite_backend: LangGraphBackend) -> None:
+    """``persist="end"`` is LangGraph's ``"exit"``: the program saves one checkpoint when the
+    invocation ends (one commit a step), no task writes; the journal comes with the candidate."""
+    b = sqlite_backend
+    saver = _saver(b)
+    _ctl, w = await first_attempt(b, persist="end")
+    commits = await _commits(saver)
+    for i in range(N):
+        assert await w.step(f"s{i}", lambda i: {"i": i}, i=External(i)) == {"i": i}
+    assert len(commits) == N, commits
+    thread = step_thread_id("q3", w.attempt.number)
+    with sqlite3.connect(b.path) as conn:   # type: ignore[attr-defined]
+        (writes,) = conn.execute("SELECT count(*) FROM writes WHERE thread_id = ?",
+                                 (thread,)).fetchone()
+        (checkpoints,) = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = ?",
+                                      (thread,)).fetchone()
+    assert (writes, checkpoints) == (0, N)
+    st = await b.load("q3")
+    assert st is not None and not st.journal
+    await w.candidate({"digest": "d"})
     st = await b.load("q3")
     assert st is not None and [e.step for e in st.journal] == [f"s{i}" for i in range(N)]
 

@@ -190,6 +190,10 @@ class LangGraphBackend(Backend):
                 saver.on_write[task_id] = on_write
             return result
 
+        carry = saver if isinstance(saver, FencedAsyncSqliteSaver) else None
+        thread = step_thread_id(call.work_id, call.attempt)
+        if carry is not None:
+            carry.carry_threads[thread] += 1
         try:
             result = await self.run_step(call, body)
         except BaseException:
@@ -199,6 +203,11 @@ class LangGraphBackend(Backend):
         finally:
             for task_id in task_ids:
                 saver.on_write.pop(task_id, None)
+            if carry is not None:
+                carry.carry_threads[thread] -= 1
+                if carry.carry_threads[thread] <= 0:
+                    del carry.carry_threads[thread]
+                    carry.release(thread)
         if failed:
             raise failed[0]
         if outcomes:
@@ -228,9 +237,14 @@ class LangGraphBackend(Backend):
         # fork it, and its writes are not the user's. The fenced write is the journal entry.
         config: RunnableConfig = {
             "configurable": {"thread_id": step_thread_id(call.work_id, call.attempt)}}
+        # A worker that saves its progress at the end (``persist="end"``) is LangGraph's
+        # ``"exit"``: the program saves its checkpoint when the invocation ends, not each task's
+        # writes and each superstep's checkpoint on the way (``StepCall.persist`` is there for an
+        # engine's own durability modes to match; the journal is flushed with the candidate).
+        durability: Durability = "exit" if call.persist == "end" else self.durability
         try:
             await self._step_program().ainvoke(
-                {"step": call.step, "key": key}, config, durability=self.durability)
+                {"step": call.step, "key": key}, config, durability=durability)
             return out[0]
         except Exception as exc:
             mapped = database_error(exc, self.url)
@@ -357,6 +371,8 @@ class LangGraphSqliteBackend(LangGraphBackend):
         sql, rows = saver.task_rows(slot, writes)
         ledger = self._store
         wrote: list[bool] = []
+        # The program's input checkpoint, held for this transaction (``run_step``'s thread).
+        carried = saver.take(slot.thread_id) if saver.carry_threads else []
 
         def run(conn: sqlite3.Connection) -> Outcome:
             before = ledger.before_commit
@@ -365,6 +381,8 @@ class LangGraphSqliteBackend(LangGraphBackend):
                 if before is not None:
                     before(tx)
                 tx.executemany(sql, rows)
+                for held in carried:
+                    tx.executemany(held.sql, held.rows)
                 wrote.append(True)
 
             ledger.before_commit = also  # this connection's thread, one write at a time
@@ -373,7 +391,13 @@ class LangGraphSqliteBackend(LangGraphBackend):
             finally:
                 ledger.before_commit = before
 
-        out: Outcome = await self._in_thread(run)
+        try:
+            out: Outcome = await self._in_thread(run)
+        finally:
+            for held in carried:   # committed with the entry, or left for its own write
+                if not held.done.done():
+                    held.done.set_result(bool(wrote))
+                    saver.carried_puts += bool(wrote)
         if wrote and announce:
             saver.wrote(slot, writes)
         return out, bool(wrote)

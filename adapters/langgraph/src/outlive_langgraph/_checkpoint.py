@@ -20,9 +20,12 @@ token may still write before letting LangGraph's write through.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import aiosqlite
@@ -207,6 +210,16 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
         return await self.inner.aget_delta_channel_history(config=config, channels=channels)
 
 
+@dataclass(eq=False)
+class Carried:
+    """A checkpoint of ``run_step``'s program held for the step's journal transaction."""
+
+    sql: str
+    rows: list[tuple[Any, ...]]
+    #: True once committed in the journal entry's transaction; False: write it yourself.
+    done: asyncio.Future[bool]
+
+
 class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
     """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
 
@@ -221,6 +234,14 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         TaskWrites.__init__(self)
         #: The core's SQL ledger store on the same file: the fence reads the work through it.
         self.store = store
+        #: Threads of ``run_step``'s program with a step running: their input checkpoint is
+        #: held for the step's journal transaction (:meth:`carry`).
+        self.carry_threads: Counter[str] = Counter()
+        #: How long an input checkpoint waits to be carried before it is written alone.
+        self.carry_seconds = 1.0
+        #: Input checkpoints committed in a journal entry's transaction (tests, benchmarks).
+        self.carried_puts = 0
+        self._carried: dict[str, list[Carried]] = {}
 
     async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, as one call.
@@ -296,21 +317,59 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         type_, blob = self.serde.dumps_typed(checkpoint)
         meta = json.dumps(get_checkpoint_metadata(config, metadata),
                           ensure_ascii=False).encode("utf-8", "ignore")
-        await self._fenced(config, _PUT, [(
-            str(conf["thread_id"]), conf["checkpoint_ns"], checkpoint["id"],
-            conf.get("checkpoint_id"), type_, blob, meta)])
+        thread = str(conf["thread_id"])
+        rows = [(thread, conf["checkpoint_ns"], checkpoint["id"], conf.get("checkpoint_id"), type_,
+                 blob, meta)]
+        if not (thread in self.carry_threads and metadata.get("source") == "input"
+                and owner_of(config) is None and await self.carry(thread, _PUT, rows)):
+            await self._fenced(config, _PUT, rows)
         return {"configurable": {"thread_id": conf["thread_id"],
                                  "checkpoint_ns": conf["checkpoint_ns"],
                                  "checkpoint_id": checkpoint["id"]}}
+
+    async def carry(self, thread: str, sql: str, rows: list[tuple[Any, ...]]) -> bool:
+        """Hold the input checkpoint of ``run_step``'s program until the step's journal entry
+        commits it in its own transaction (one commit and one call into the thread fewer a step);
+        False if nobody took it in time, or the entry wrote nothing: write it yourself.
+
+        LangGraph does not wait for that checkpoint before running the task (only the next
+        checkpoint's save waits for it), and the program's thread is outlive's own: nobody reads
+        it in between.
+        """
+        loop = asyncio.get_running_loop()
+        held = Carried(sql, rows, loop.create_future())
+        self._carried.setdefault(thread, []).append(held)
+        timer = loop.call_later(self.carry_seconds, self.release, thread)
+        try:
+            return await held.done
+        finally:
+            timer.cancel()
+            waiting = self._carried.get(thread)
+            if waiting is not None and held in waiting:
+                waiting.remove(held)
+                if not waiting:
+                    del self._carried[thread]
+
+    def take(self, thread: str) -> list[Carried]:
+        """The checkpoints held for ``thread``, for a journal transaction to write (settle each)."""
+        return self._carried.pop(thread, [])
+
+    def release(self, thread: str) -> None:
+        """Let the checkpoints held for ``thread`` be written alone."""
+        for held in self._carried.pop(thread, []):
+            if not held.done.done():
+                held.done.set_result(False)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
         if self.on_write and await self.journal_on_write(config, writes, task_id, task_path):
             return  # written with the step's journal entry, in its transaction
+        conf = config["configurable"]
+        if self._carried:
+            self.release(str(conf["thread_id"]))   # no journal entry will carry them now
         done, stray = self.claim(config, writes, task_id, task_path)
         if done:
             return  # committed with the step's journal entry, in its transaction
-        conf = config["configurable"]
         sql, rows = self.task_rows(TaskWrite(
             thread_id=str(conf["thread_id"]), checkpoint_ns=str(conf["checkpoint_ns"]),
             checkpoint_id=str(conf["checkpoint_id"]), task_id=task_id, task_path=task_path), writes)
