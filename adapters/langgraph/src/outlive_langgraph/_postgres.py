@@ -113,26 +113,26 @@ class _Ledger(PostgresLedger):
     def __init__(self, url: str, *, extra_options: tuple[str, ...] = ()) -> None:
         super().__init__(url, extra_options=extra_options)
         #: Work -> this process's commands on it still in flight (their futures end with them).
-        self._busy: dict[str, list[asyncio.Future[None]]] = {}
+        self._in_flight: dict[str, list[asyncio.Future[None]]] = {}
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         """The core's command, known to be in flight until it ends (see :meth:`settled`)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        busy = self._busy.setdefault(work_id, [])
+        busy = self._in_flight.setdefault(work_id, [])
         busy.append(done)
         try:
             return await super().execute(work_id, command)
         finally:
             busy.remove(done)
             if not busy:
-                del self._busy[work_id]
+                del self._in_flight[work_id]
             done.set_result(None)
 
     async def settled(self, work_id: str) -> None:
         """Wait until this process's commands on ``work_id`` that are in flight now have ended:
         then the store's cache holds every change this process made to it. (A fenced write sent
         meanwhile would find the head moved by our own journal entry and have to try again.)"""
-        while busy := self._busy.get(work_id):
+        while busy := self._in_flight.get(work_id):
             await asyncio.shield(busy[-1])
 
     async def _write(self, req: Write) -> bool:
