@@ -720,6 +720,8 @@ class SqliteLedgerStore:
         self.busy_retries = 0
         #: Called with the open transaction just before COMMIT (tests inject faults here).
         self.before_commit: Callable[[sqlite3.Connection], None] | None = None
+        self._cur: sqlite3.Cursor | None = None
+        self._cur_conn: sqlite3.Connection | None = None
 
     def _retrying(self, fn: Callable[[], Any]) -> Any:
         deadline = self._clock() + self.lock_timeout
@@ -754,8 +756,15 @@ class SqliteLedgerStore:
         self.busy_retries += 1
         self._wait(0.0002)
 
+    def _cursor(self, conn: sqlite3.Connection) -> sqlite3.Cursor:
+        """One cursor per connection for the writes' statements (kept: one per write cost
+        more than a statement's own Python)."""
+        if self._cur_conn is not conn or self._cur is None:
+            self._cur, self._cur_conn = conn.cursor(), conn
+        return self._cur
+
     def _write(self, conn: sqlite3.Connection, req: Write) -> bool | int:
-        cur = conn.cursor()   # one cursor for the transaction's statements
+        cur = self._cursor(conn)   # one cursor for the transaction's statements
         try:
             cur.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -785,19 +794,34 @@ class SqliteLedgerStore:
             raise
 
     def drive(self, conn: sqlite3.Connection, flow: Generator[Request, Any, Any]) -> Any:
-        """Run ``flow`` to its end on ``conn`` (autocommit mode: ``isolation_level=None``)."""
-        steps = Steps(flow, lambda exc: sqlite_error(exc, self.path))
-        for req in steps:
+        """Run ``flow`` to its end on ``conn`` (autocommit mode: ``isolation_level=None``).
+
+        What :class:`Steps` does for the PostgreSQL driver, written out: this loop runs on
+        the backend's thread once per command, and a method call per request counted.
+        """
+        answer: Any = None
+        throw: WriteFailed | None = None
+        while True:
             try:
-                steps.answer = (self._write(conn, req) if isinstance(req, Write)
-                                else self._query(conn, req.sql, req.params))
+                req = flow.send(answer) if throw is None else flow.throw(throw)
+            except StopIteration as stop:
+                return stop.value
+            answer = throw = None
+            try:
+                if isinstance(req, Write):
+                    answer = self._write(conn, req)
+                else:
+                    answer = self._query(conn, req.sql, req.params)
             except BackendUnavailable as exc:
-                if not isinstance(req, Landed):
+                if type(req) is not Landed:
+                    flow.close()
                     raise  # the lock was never taken: nothing was written
-                steps.failed(exc)
+                throw = WriteFailed(exc)   # the read-back failed: the flow says so
             except sqlite3.Error as exc:
-                steps.failed(exc)
-        return steps.result
+                if type(req) is Read:   # a read wrote nothing
+                    flow.close()
+                    raise sqlite_error(exc, self.path) from exc
+                throw = WriteFailed(exc)   # a write, or the read-back after one, may have landed
 
     # -- entry points ----------------------------------------------------------------------------
     def run(self, conn: sqlite3.Connection, work_id: str, command: Command) -> Outcome:
