@@ -79,6 +79,8 @@ bench: engines
 # a quick before/after for changes to the ledger, the worker and their checks and copies.
 bench-core-cpu: install
 	$(PY) bench/core_cpu.py
+	@if command -v valgrind >/dev/null; then $(PY) bench/core_cpu.py --instructions; \
+	else echo "valgrind not found: instructions per call not counted"; fi
 
 sweep: install
 	$(VENV)/bin/outlive sweep --backend memory://

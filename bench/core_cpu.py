@@ -15,15 +15,25 @@ the process CPU time (``time.process_time``) per call:
 
 Not part of ``make test``: ``make bench-core-cpu`` runs it. Compare runs side by side on the
 same machine at a similar load (``uptime``); the machine's other work shows in the median.
+
+``--instructions`` prints instead the instructions per call of the same measures, counted by
+valgrind's callgrind (deterministic, unmoved by the load): each measure runs ``--n`` and
+``2 * --n`` calls in a process of its own, only the measured loop collected, and the
+difference is divided by ``--n``. Needs ``valgrind`` on PATH; ``PYTHONHASHSEED=0``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -117,11 +127,113 @@ def _identity(s1: str) -> str:
     return s1
 
 
+# -- instructions (callgrind) ---------------------------------------------------------------------
+MEASURES = ("worker.step memory://", "ledger.apply RecordSteps", "checked+reads+apply",
+            "worker._prepare")
+
+
+def _measured(run: Callable[[], None]) -> None:
+    """Run ``run`` through ``functools.partial``: callgrind collects only inside
+    ``partial_vectorcall`` (nothing else in these loops calls a partial)."""
+    functools.partial(run)()
+
+
+async def _one(measure: str, n: int) -> None:
+    """Set ``measure`` up, then run it ``n`` times inside :func:`_measured`."""
+    backend = await open_backend("memory://")
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", {"s1": "x", "s2": "y"})
+    att = await ctl.admit("w")
+    worker = Worker(backend, att, {"s1": "x", "s2": "y"}, clock=lambda: 1)
+    await worker.start()
+
+    def body(s1: str) -> dict[str, str]:
+        return {"r": s1}
+
+    for i in range(20):
+        await worker.step(f"warm-{i}", body, s1="x")
+    names = [f"step-{i}" for i in range(n)]
+    if measure == "worker.step memory://":
+        async def steps() -> None:
+            for name in names:
+                await worker.step(name, body, s1="x")
+
+        co = steps()
+
+        def drive() -> None:   # memory:// never suspends: one send runs every step
+            try:
+                co.send(None)
+            except StopIteration:
+                return
+            raise SystemExit("a step suspended")
+
+        _measured(drive)
+        return
+    if measure == "worker._prepare":
+        def prepare() -> None:
+            for name in names:
+                worker._prepare(name, body, {"s1": "x"})
+
+        _measured(prepare)
+        return
+    state = await backend.load("w")
+    assert state is not None
+    view = replace(state, journal=())
+    cmds = []
+    for name in names:
+        p = worker._prepare(name, body, {"s1": "x"})
+        cmds.append(L.RecordSteps(attempt=att.number, token=att.token, entries=(p.write({"r": "x"}),),
+                                  at=1, secret=att.secret))
+    if measure == "ledger.apply RecordSteps":
+        def plain() -> None:
+            for cmd in cmds:
+                L.apply(view, cmd, work_id="w", now=2)
+
+        _measured(plain)
+        return
+
+    def store() -> None:
+        for cmd in cmds:
+            c = L.checked(cmd)
+            L.reads(view, c)
+            L.apply(view, c, work_id="w", now=2)
+
+    _measured(store)
+
+
+def _instructions(measure: str, n: int) -> int:
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind on PATH")
+    out = subprocess.run(
+        [valgrind, "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=partial_vectorcall",
+         "--callgrind-out-file=/dev/null", sys.executable, __file__, "--one", measure, "--n", str(n)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}, check=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise SystemExit(f"callgrind said no count:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--instructions", action="store_true",
+                        help="instructions per call, counted by callgrind")
+    parser.add_argument("--n", type=int, default=1000, help="calls per callgrind run")
+    parser.add_argument("--one", choices=MEASURES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        asyncio.run(_one(args.one, args.n))
+        return
+    if args.instructions:
+        print(f"instructions per call (callgrind, {2 * args.n} minus {args.n} calls)")
+        for measure in MEASURES:
+            per = (_instructions(measure, 2 * args.n) - _instructions(measure, args.n)) // args.n
+            print(f"{measure:28s} {per / 1000:7.1f} K")
+        return
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; "
           f"{args.blocks} blocks of {args.size}")
     steps, worker, state = asyncio.run(_worker_bench(args.blocks, args.size))

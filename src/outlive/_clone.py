@@ -122,14 +122,18 @@ def evolve(record: T, **changes: Any) -> T:
         plain = _PLAIN[t] = bool(_fields(t)) and not hasattr(t, "__post_init__")
     if not plain:
         return dataclasses.replace(record, **changes)  # type: ignore[type-var]
-    old = record.__dict__
-    out = object.__new__(t)
-    fields = out.__dict__
-    fields.update(old)
+    fields = record.__dict__.copy()   # a copy, then set as the new record's dict: cheaper
+    n = len(fields)                    # than filling the dict a new record makes itself
     fields.update(changes)
-    if len(fields) != len(old):   # a name that is not a field: replace says which
+    if len(fields) != n:   # a name that is not a field: replace says which
         return dataclasses.replace(record, **changes)  # type: ignore[type-var]
+    out = _NEW(t)
+    _SET_ATTR(out, "__dict__", fields)
     return out
+
+
+_NEW = object.__new__
+_SET_ATTR = object.__setattr__
 
 
 class _Factory:

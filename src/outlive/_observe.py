@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,11 +62,29 @@ def _text(fields: Mapping[str, Any]) -> str:
 
 def _tracing() -> bool:
     """Whether spans can record: an SDK's tracer provider is installed. Until then the API's
-    provider is a proxy whose spans record nothing, and outlive skips them (a step opens two)."""
+    provider is a proxy whose spans record nothing, and outlive skips them (a step opens two).
+
+    Asked on every step: while the API holds no provider and the environment names none,
+    ``get_tracer_provider()`` answers its proxy, and that is known without asking it (it looks
+    the name up in ``os.environ`` through Python code each time); otherwise it is asked.
+    """
     if _otel is None:
+        return False
+    if (getattr(_otel, "_TRACER_PROVIDER", _UNKNOWN) is None and _PROVIDER_ENV_KEY is not None
+            and os.environ is _ENVIRON and _PROVIDER_ENV_KEY not in _ENVIRON_DATA):
         return False
     return not isinstance(_otel.get_tracer_provider(),
                           (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider))
+
+
+_UNKNOWN = object()
+#: ``os.environ``'s own table and the encoded name of OpenTelemetry's provider variable, for
+#: a look-up without ``os.environ``'s Python methods (None: ask ``get_tracer_provider``).
+_ENVIRON = os.environ
+_ENVIRON_DATA: Any = getattr(os.environ, "_data", None)
+_PROVIDER_ENV_KEY: Any = None
+if _ENVIRON_DATA is not None and hasattr(os.environ, "encodekey"):
+    _PROVIDER_ENV_KEY = os.environ.encodekey("OTEL_PYTHON_TRACER_PROVIDER")
 
 
 def _event(name: str, fields: Mapping[str, Any]) -> None:

@@ -102,7 +102,7 @@ def _json_copy(value: Any, depth: int) -> Any:
             items.append(c)
         if t is list:
             return items
-        return value if all(c is v for c, v in zip(items, value)) else tuple(items)
+        return value if all(c is v for c, v in zip(items, value, strict=True)) else tuple(items)
     return NOT_JSON
 
 
@@ -182,11 +182,36 @@ def _canonical_size(value: Any) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
+#: :func:`content_hash` of strings hashed lately, by the exact string: a worker hashes the same
+#: inputs (its version's parts) step after step. Cleared when the strings kept pass a million
+#: characters.
+_TEXT_HASHES: dict[str, str] = {}
+_TEXT_HASHES_MAX_CHARS = 1 << 20
+_text_hashes_chars = 0
+
+
 def content_hash(value: Any) -> str:
     """SHA-256 of the canonical form, hex. Bytes are hashed as they are."""
+    if type(value) is str:
+        digest = _TEXT_HASHES.get(value)
+        if digest is None:
+            digest = hashlib.sha256(canonical(value)).hexdigest()
+            _remember_text(value, digest)
+        return digest
     if isinstance(value, (bytes, bytearray, memoryview)):
         return hashlib.sha256(bytes(value)).hexdigest()
     return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def _remember_text(value: str, digest: str) -> None:
+    global _text_hashes_chars
+    if _text_hashes_chars + len(value) > _TEXT_HASHES_MAX_CHARS:
+        _TEXT_HASHES.clear()
+        _text_hashes_chars = 0
+        if len(value) > _TEXT_HASHES_MAX_CHARS:
+            return
+    _TEXT_HASHES[value] = digest
+    _text_hashes_chars += len(value)
 
 
 #: Input keys computed lately, by their exact inputs. A worker derives a step's key and the

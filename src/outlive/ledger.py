@@ -360,7 +360,10 @@ def reads(state: WorkState | None, cmd: Command | Checked) -> frozenset[str]:
     else:
         check_command(cmd)   # a malformed command is typed here too, before a store looks it up
     if isinstance(cmd, RecordSteps):
-        return frozenset(w.result_id for w in cmd.entries)
+        entries = cmd.entries
+        if len(entries) == 1:       # a step's write: no generator
+            return frozenset((entries[0].result_id,))
+        return frozenset([w.result_id for w in entries])
     if isinstance(cmd, SubmitCandidate):
         return frozenset([*(w.result_id for w in cmd.flush), *(p.result_id for p in cmd.parts)])
     return frozenset()

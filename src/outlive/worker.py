@@ -141,7 +141,9 @@ class Worker:
         self.clock = clock
         self.steps: dict[str, StepRecord] = {}
         self._results: dict[str, Any] = {}
-        self._parts: dict[str, Part] = {}
+        #: Each step's part as (input key, sources, result id, external): a Part is built only
+        #: for a candidate.
+        self._parts: dict[str, tuple[str, dict[str, str], str, tuple[str, ...]]] = {}
         self._pending: list[L.StepWrite] = []
         self._state: WorkState | None = None
         #: The loaded journal indexed as ``WorkState.lookup`` searches it (built on first use).
@@ -230,8 +232,7 @@ class Worker:
 
     def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool) -> None:
         self._results[p.name] = result
-        self._parts[p.name] = Part(step=p.name, input_key=p.key, sources=p.sources,
-                                   result_id=result_id, external=p.external)
+        self._parts[p.name] = (p.key, p.sources, result_id, p.external)
         self.steps[p.name] = StepRecord(step=p.name, input_key=p.key, result_id=result_id,
                                         restored=restored)
 
@@ -383,7 +384,8 @@ class Worker:
         missing = [n for n in names if n not in self._parts]
         if missing:
             raise InvalidRecord(f"candidate names steps this attempt did not run: {missing}")
-        parts = tuple(self._parts[n] for n in names)
+        parts = tuple(Part(step=n, input_key=key, sources=sources, result_id=rid, external=external)
+                      for n, (key, sources, rid, external) in ((n, self._parts[n]) for n in names))
         st = self._st()
         version = self.attempt.pinned_version if st.policy.pins else None
         digest = L.candidate_digest(self.work_id, version, parts, content)
