@@ -101,6 +101,12 @@ def _commands(state: WorkState, secret: str, rng: random.Random) -> list[L.Recor
         _write(state, n, 0, "a", ver, secret=secret),
         _write(state, n + 1, tok, "a", ver, secret=secret),               # no such attempt
         _write(state, n, tok, "a", ver, secret=secret, key="0" * 64),     # wrong input key
+        _write(state, n, tok, "a", ver, secret=secret,                     # another step's key
+               key=input_key("b", {"b": content_hash(TEXTS[ver]["b"])})),
+        _write(state, n, tok, "a", ver, secret=secret,                     # other inputs' key
+               key=input_key("a", {"a": content_hash("A2")})),
+        _write(state, n, tok, "a", ver, secret=secret, name="a2",          # same inputs, other
+               key=input_key("a", {"a": content_hash(TEXTS[ver]["a"])})),  # step's key
         _write(state, n, tok, "a", ver, secret=secret, result=big),       # too large
         _write(state, n, tok, "a", ver, secret=secret, result=wide),
         _write(state, n, tok, "a", ver, secret=secret, result="y" * 1000),

@@ -220,6 +220,9 @@ def _remember_text(value: str, digest: str) -> None:
 #: forged key still differs from what is found. Cleared when full.
 _KEYS: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
 _KEYS_MAX = 4096
+#: The same memo by key: what a key computed lately was computed from (for the ledger's check of
+#: a checked write's key, whose inputs are exact ``str`` already: see ``ledger._record_usual``).
+_KEYED: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
 
 
 def input_key(step: str, sources: dict[str, str]) -> str:
@@ -243,7 +246,9 @@ def input_key(step: str, sources: dict[str, str]) -> str:
                     return content_hash({"step": step, "sources": sources})
                 if len(_KEYS) >= _KEYS_MAX:
                     _KEYS.clear()
+                    _KEYED.clear()
                 _KEYS[memo] = key
+                _KEYED[key] = memo
             return key
     return content_hash({"step": step, "sources": sources})   # the canonical form sorts keys
 

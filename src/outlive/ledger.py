@@ -17,7 +17,7 @@ from typing import Any, Union
 from . import errors as E
 from ._check import check_fields, check_id, checked_copy
 from ._clone import clone, evolve, quick_init
-from .hashing import _canonical_size, _result_hash, _text_of, canonical, content_hash, input_key
+from .hashing import _KEYED, _canonical_size, _result_hash, _text_of, canonical, content_hash, input_key
 from .records import (
     Acceptance,
     Attempt,
@@ -896,7 +896,11 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
     added: list[JournalEntry] = []
     for w in entries:
         step, sources, external, result, rid = w.step, w.sources, w.external, w.result, w.result_id
-        if not step or input_key(step, sources) != w.input_key:
+        if not step:
+            return None
+        known = _KEYED.get(w.input_key)    # computed from exactly these (exact str) inputs?
+        if (known is None or known[0] != step or known[1] != tuple(sources.items())) \
+                and input_key(step, sources) != w.input_key:
             return None
         for name in external:
             if name not in sources:
