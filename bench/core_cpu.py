@@ -11,6 +11,7 @@ the process CPU time (``time.process_time``) per call:
 - ``ledger.apply RecordSteps``: ``apply`` of one step write to a work's state (no journal, as
   a store's view gives it), the command checked and copied by ``apply`` itself.
 - ``checked+reads+apply``: the same through a store's path (``checked``, ``reads``, ``apply``).
+- ``ledger.apply Heartbeat``: ``apply`` of the attempt's beat (not its claim) to the same state.
 - ``worker._prepare``: the worker keying one step (input hashes, input key, result id).
 
 Not part of ``make test``: ``make bench-core-cpu`` runs it. Compare runs side by side on the
@@ -86,8 +87,8 @@ async def _worker_bench(blocks: int, size: int) -> tuple[list[float], Worker, Wo
     return out[1:], worker, state
 
 
-def _apply_bench(state: WorkState, worker: Worker, blocks: int, size: int) -> tuple[list[float],
-                                                                                   list[float]]:
+def _apply_bench(state: WorkState, worker: Worker, blocks: int,
+                 size: int) -> tuple[list[float], list[float], list[float]]:
     view = replace(state, journal=())   # what a store's view holds for a new step's write
     att = worker.attempt
 
@@ -112,7 +113,14 @@ def _apply_bench(state: WorkState, worker: Worker, blocks: int, size: int) -> tu
             L.reads(view, c)
             L.apply(view, c, work_id="w", now=2)
 
-    return _blocks(plain, blocks, size), _blocks(store, blocks, size)
+    beats = [L.Heartbeat(attempt=att.number, token=att.token, at=1, secret=att.secret)
+             for _ in range(size)]
+
+    def beat(b: int) -> None:
+        for cmd in beats:
+            L.apply(view, cmd, work_id="w", now=2)
+
+    return _blocks(plain, blocks, size), _blocks(store, blocks, size), _blocks(beat, blocks, size)
 
 
 def _prepare_bench(worker: Worker, blocks: int, size: int) -> list[float]:
@@ -129,7 +137,7 @@ def _identity(s1: str) -> str:
 
 # -- instructions (callgrind) ---------------------------------------------------------------------
 MEASURES = ("worker.step memory://", "ledger.apply RecordSteps", "checked+reads+apply",
-            "worker._prepare")
+            "ledger.apply Heartbeat", "worker._prepare")
 
 
 def _measured(run: Callable[[], None]) -> None:
@@ -185,6 +193,16 @@ async def _one(measure: str, n: int) -> None:
         p = worker._prepare(name, body, {"s1": "x"})
         cmds.append(L.RecordSteps(attempt=att.number, token=att.token, entries=(p.write({"r": "x"}),),
                                   at=1, secret=att.secret))
+    if measure == "ledger.apply Heartbeat":
+        beats = [L.Heartbeat(attempt=att.number, token=att.token, at=1, secret=att.secret)
+                 for _ in names]
+
+        def beat() -> None:
+            for cmd in beats:
+                L.apply(view, cmd, work_id="w", now=2)
+
+        _measured(beat)
+        return
     if measure == "ledger.apply RecordSteps":
         def plain() -> None:
             for cmd in cmds:
@@ -238,9 +256,10 @@ def main() -> None:
           f"{args.blocks} blocks of {args.size}")
     steps, worker, state = asyncio.run(_worker_bench(args.blocks, args.size))
     _show("worker.step memory://", steps)
-    plain, store = _apply_bench(state, worker, args.blocks, args.size)
+    plain, store, beat = _apply_bench(state, worker, args.blocks, args.size)
     _show("ledger.apply RecordSteps", plain)
     _show("checked+reads+apply", store)
+    _show("ledger.apply Heartbeat", beat)
     _show("worker._prepare", _prepare_bench(worker, args.blocks, args.size))
 
 

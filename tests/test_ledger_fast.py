@@ -1,7 +1,7 @@
 """The ledger's quick paths give exactly what its general path gives.
 
 ``apply`` answers a fenced step write from the current owner (the command every step sends) by
-``ledger._record_usual``, and checks and copies a command in one walk (``_check.checked_copy``).
+``ledger._record_usual``, a heartbeat from the current owner by ``ledger._beat_usual``, and checks and copies a command in one walk (``_check.checked_copy``).
 Both stand for the general path (``_apply`` of a command checked by ``check_command`` and
 copied by ``clone``): here every command is run through both, accepted ones and refused ones,
 and the states, outcomes and errors compared.
@@ -186,6 +186,40 @@ def test_a_step_write_gets_the_general_answer_accepted_or_refused(kind: str, pol
         assert quick >= 3, "the usual case was not taken"
 
 
+def _beats(state: WorkState, secret: str) -> list[L.Heartbeat]:
+    out = []
+    for a in state.attempts:
+        for token in (a.token, a.token + 1, 0, state.epoch):
+            for sec in (f"s{a.number}", secret, None, "forged"):
+                for claim in (False, True):
+                    out.append(L.Heartbeat(attempt=a.number, token=token, at=5, secret=sec,
+                                           claim=claim))
+    out.append(L.Heartbeat(attempt=len(state.attempts) + 1, token=state.epoch, at=5, secret=secret))
+    return out
+
+
+@pytest.mark.parametrize("policy", [Policy(), Policy(fencing=False)], ids=repr)
+@pytest.mark.parametrize("kind", STATES)
+def test_a_heartbeat_gets_the_general_answer(kind: str, policy: Policy) -> None:
+    state, secret = _state(kind, policy)
+    quick = 0
+    for cmd in _beats(state, secret):
+        for now in (None, 3, 50):
+            expected = _general(state, cmd, now)
+            assert _applied(state, cmd, now) == expected, (cmd, now)
+            try:
+                usual = L._beat_usual(state, cmd, now)
+            except E.OutliveError as exc:
+                assert (type(exc), str(exc)) == expected
+                continue
+            if usual is not None:
+                quick += 1
+                assert usual == expected
+                assert usual[1].kind in ("beat", "revived")
+    if kind not in ("finished", "stopped"):
+        assert quick >= 3, "the usual case was not taken"
+
+
 def test_a_refused_write_never_takes_the_quick_path() -> None:
     """Each refusal is decided by the general path (the quick one says None or raises what the
     general one raises at the same check)."""
@@ -269,23 +303,26 @@ async def test_the_sweep_takes_the_same_path_both_ways(backend_url: str,
     from outlive_conformance.scenario import q3_report
     from outlive_conformance.sweep import sweep
 
-    usual = L._record_usual
     seen = {"quick": 0, "general": 0}
 
-    def both(state: WorkState, cmd: L.RecordSteps, now: int | None) -> Any:
-        try:
-            got = usual(state, cmd, now)
-        except E.OutliveError as exc:
-            assert _general(state, cmd, now) == (type(exc), str(exc))
-            raise
-        if got is None:
-            seen["general"] += 1
-            return None
-        seen["quick"] += 1
-        assert got == _general(state, cmd, now)
-        return got
+    def both(usual: Any) -> Any:
+        def check(state: WorkState, cmd: Any, now: int | None) -> Any:
+            try:
+                got = usual(state, cmd, now)
+            except E.OutliveError as exc:
+                assert _general(state, cmd, now) == (type(exc), str(exc))
+                raise
+            if got is None:
+                seen["general"] += 1
+                return None
+            seen["quick"] += 1
+            assert got == _general(state, cmd, now)
+            return got
 
-    monkeypatch.setattr(L, "_record_usual", both)
+        return check
+
+    monkeypatch.setattr(L, "_record_usual", both(L._record_usual))
+    monkeypatch.setattr(L, "_beat_usual", both(L._beat_usual))
     result = await sweep(await outlive.open_backend(backend_url), q3_report(), concurrency=8)
     assert len(result.runs) == 864
     assert seen["quick"] > 864 and seen["general"] > 0, seen

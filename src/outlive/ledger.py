@@ -676,10 +676,16 @@ def apply(state: WorkState | None, cmd: Command | Checked, *, work_id: str | Non
         check_work_id(work_id)
     if now is not None and (type(now) is not int):
         raise E.InvalidRecord("the store's clock must be an integer", field="now")
-    if type(command) is RecordSteps and state is not None:
-        done = _record_usual(state, command, now)
-        if done is not None:
-            return done
+    if state is not None:
+        kind = type(command)
+        if kind is RecordSteps:
+            done = _record_usual(state, command, now)
+            if done is not None:
+                return done
+        elif kind is Heartbeat:
+            done = _beat_usual(state, command, now)
+            if done is not None:
+                return done
     new, outcome = _apply(state, command, work_id, now)
     return new, clone(outcome)
 
@@ -959,6 +965,62 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
     _SET(record, "__dict__", fields)
     outcome = _NEW(Outcome)
     _SET(outcome, "__dict__", {"kind": "journaled", "record": record, "seq": seq})
+    return new, outcome
+
+
+_WAITING = AttemptState.WAITING
+_UNKNOWN_STATE = AttemptState.UNKNOWN
+
+
+def _beat_usual(state: WorkState, cmd: Heartbeat,
+                now: int | None) -> tuple[WorkState, Outcome] | None:
+    """What ``apply`` answers for ``cmd`` in the usual case, built directly; None otherwise.
+
+    The usual case: a beat (not the claim) from the attempt's current owner (its token is the
+    epoch, it carries the token's secret, the attempt has not ended): ``beat``, or ``revived``
+    after ``unknown``. These are the conditions under which :func:`_heartbeat` reaches its last
+    branch; any other case (the claim, a replaced or ended attempt, a forged token) returns None
+    and the general path decides. Tested against it (tests/test_ledger_fast.py).
+    """
+    if cmd.claim:
+        return None
+    token = cmd.token
+    if token != state.epoch or token <= 0:
+        return None
+    number = cmd.attempt
+    for att in state.attempts:          # WorkState.attempt
+        if att.number == number:
+            break
+    else:
+        return None
+    if att.token != token or att.state in _ENDED:
+        return None
+    if att.key_hash is not None:
+        secret = cmd.secret
+        if type(secret) is not str or (_KEY_HASHES.get(secret) or _secret_hash(secret)) != att.key_hash:
+            return None
+    at = cmd.at if now is None or cmd.at <= now else now
+    waiting = att.state is _WAITING     # _alive(resume=False): a beat keeps a wait
+    fields = att.__dict__.copy()
+    fields["state"] = _WAITING if waiting else _RUNNING
+    fields["last_heartbeat"] = max(att.last_heartbeat, at)
+    fields["signs"] = att.signs + 1
+    fields["waiting_for"] = att.waiting_for if waiting else None
+    fields["heartbeats"] = att.heartbeats + 1
+    alive = _NEW(Attempt)
+    _SET(alive, "__dict__", fields)
+    attempts = state.attempts
+    seq = state.seq + 1
+    fields = state.__dict__.copy()
+    fields["attempts"] = ((alive,) if len(attempts) == 1 else
+                          tuple([alive if a.number == number else a for a in attempts]))
+    fields["seq"] = seq
+    new = _NEW(WorkState)
+    _SET(new, "__dict__", fields)
+    # An attempt holds nothing that can change: clone shares it, so the outcome does too.
+    outcome = _NEW(Outcome)
+    _SET(outcome, "__dict__", {"kind": "revived" if att.state is _UNKNOWN_STATE else "beat",
+                               "record": alive, "seq": seq})
     return new, outcome
 
 
