@@ -1,7 +1,8 @@
 """The ledger's quick paths give exactly what its general path gives.
 
 ``apply`` answers a fenced step write from the current owner (the command every step sends) by
-``ledger._record_usual``, a heartbeat from the current owner by ``ledger._beat_usual``, and checks and copies a command in one walk (``_check.checked_copy``).
+``ledger._record_usual``, a heartbeat from the current owner by ``ledger._beat_usual``, and
+checks and copies a command in one walk (``_check.checked_copy``).
 Both stand for the general path (``_apply`` of a command checked by ``check_command`` and
 copied by ``clone``): here every command is run through both, accepted ones and refused ones,
 and the states, outcomes and errors compared.

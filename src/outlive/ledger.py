@@ -677,12 +677,11 @@ def apply(state: WorkState | None, cmd: Command | Checked, *, work_id: str | Non
     if now is not None and (type(now) is not int):
         raise E.InvalidRecord("the store's clock must be an integer", field="now")
     if state is not None:
-        kind = type(command)
-        if kind is RecordSteps:
+        if type(command) is RecordSteps:
             done = _record_usual(state, command, now)
             if done is not None:
                 return done
-        elif kind is Heartbeat:
+        elif type(command) is Heartbeat:
             done = _beat_usual(state, command, now)
             if done is not None:
                 return done
