@@ -96,3 +96,34 @@ def test_a_quick_init_builds_the_same_record_as_the_dataclass_one() -> None:
 
     init = Positional.__init__
     assert quick_init(Positional).__init__ is init       # not one it can serve: left alone
+
+
+def test_a_maker_builds_what_the_class_builds() -> None:
+    """``maker(cls)`` is ``cls(**fields)`` as a plain function: same keywords, defaults, default
+    factories (a new one each time) and refusals, the same frozen record."""
+    import dataclasses
+
+    from outlive._clone import maker
+    from outlive.ledger import RecordSteps, StepWrite
+
+    make = maker(WorkState)
+    a, b = make(work_id="w"), WorkState(work_id="w")
+    assert a == b and type(a) is WorkState and a.policy == Policy()
+    assert make(work_id="w", seq=3, policy=Policy(pins=False)) == WorkState(
+        work_id="w", seq=3, policy=Policy(pins=False))
+    w = maker(StepWrite)(step="s", sources={"a": "h"}, input_key="k", result=1, result_id="r")
+    assert w == StepWrite(step="s", sources={"a": "h"}, input_key="k", result=1, result_id="r")
+    assert maker(RecordSteps)(attempt=1, token=1, entries=(w,), at=2) == RecordSteps(
+        attempt=1, token=1, entries=(w,), at=2)
+    with pytest.raises(TypeError):
+        make()                                    # a required field missing
+    with pytest.raises(TypeError):
+        make(work_id="w", nope=1)                 # not a field
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.seq = 4   # type: ignore[misc]
+
+    @dataclass(frozen=True)
+    class Positional:
+        a: int
+
+    assert maker(Positional) is Positional        # not served: the class itself

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar, cast
 
-__all__ = ["clone", "evolve", "quick_init"]
+__all__ = ["clone", "evolve", "maker", "quick_init"]
 
 _SCALARS = frozenset({str, int, bool, float, bytes, type(None)})
 #: Per record class: the names of its fields, or None if it is not a plain frozen dataclass.
@@ -154,30 +154,13 @@ def quick_init(cls: type[T]) -> type[T]:
     Same signature, defaults and default factories, same instance; a class this cannot serve as
     is (positional fields, ``__post_init__``, ``__slots__``, ``init=False`` fields) is left alone.
     """
-    params = getattr(cls, "__dataclass_params__", None)
-    fields = dataclasses.fields(cast(Any, cls)) if params is not None else ()
-    if (params is None or not params.frozen or hasattr(cls, "__post_init__")
-            or hasattr(cls, "__slots__") or "__init__" not in vars(cls)
-            or any(not f.init or not f.kw_only or not f.name.isidentifier()
-                   or f.name in ("self", "FACTORY", "fields_")
-                   or f.name.startswith(("default_", "factory_")) for f in fields)):
+    made = _body(cls)
+    if made is None:
         return cls
-    env: dict[str, Any] = {"FACTORY": _FACTORY}
-    signature, lines = [], []
-    for f in fields:
-        if f.default is not dataclasses.MISSING:
-            env[f"default_{f.name}"] = f.default
-            signature.append(f"{f.name}=default_{f.name}")
-        elif f.default_factory is not dataclasses.MISSING:
-            env[f"factory_{f.name}"] = f.default_factory
-            signature.append(f"{f.name}=FACTORY")
-            lines.append(f"    if {f.name} is FACTORY:\n        {f.name} = factory_{f.name}()")
-        else:
-            signature.append(f.name)
-    lines.append("    fields_ = self.__dict__")
-    lines += [f"    fields_[{f.name!r}] = {f.name}" for f in fields]
-    head = "def __init__(self, *, " + ", ".join(signature) + "):" if fields else "def __init__(self):"
-    exec("\n".join([head, *lines, "    return None"]), env)   # identifiers of our own fields
+    signature, factories, fills, env = made
+    head = "def __init__(self, *, " + ", ".join(signature) + "):" if signature else "def __init__(self):"
+    exec("\n".join([head, *factories, "    fields_ = self.__dict__", *fills, "    return None"]),
+         env)   # identifiers of our own fields
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
@@ -185,3 +168,49 @@ def quick_init(cls: type[T]) -> type[T]:
     init.__annotations__ = dict(vars(cls)["__init__"].__annotations__)
     cls.__init__ = init  # type: ignore[method-assign]
     return cls
+
+
+def maker(cls: type[T]) -> Callable[..., T]:
+    """A function that builds a ``cls`` as ``cls(**fields)`` does (same keywords, defaults and
+    factories, same instance): a plain call costs less than calling the class, which hands its
+    keywords to ``__init__`` as a dict. For records built on every step; ``cls`` itself if
+    :func:`quick_init` could not serve it."""
+    made = _body(cls)
+    if made is None:
+        return cls
+    signature, factories, fills, env = made
+    env.update(NEW_=object.__new__, T_=cls)
+    head = "def make(*, " + ", ".join(signature) + "):" if signature else "def make():"
+    exec("\n".join([head, *factories, "    self = NEW_(T_)", "    fields_ = self.__dict__", *fills,
+                     "    return self"]), env)   # identifiers of our own fields
+    make: Callable[..., T] = env["make"]
+    make.__qualname__ = make.__name__ = f"make_{cls.__name__}"
+    return make
+
+
+def _body(cls: type) -> tuple[list[str], list[str], list[str], dict[str, Any]] | None:
+    """A quick ``__init__``'s signature, default-factory lines, field-filling lines and
+    namespace for ``cls``; None for a class it cannot serve."""
+    params = getattr(cls, "__dataclass_params__", None)
+    fields = dataclasses.fields(cast(Any, cls)) if params is not None else ()
+    if (params is None or not params.frozen or hasattr(cls, "__post_init__")
+            or hasattr(cls, "__slots__") or "__init__" not in vars(cls)
+            or any(not f.init or not f.kw_only or not f.name.isidentifier()
+                   or f.name in ("self", "FACTORY", "fields_", "NEW_", "T_")
+                   or f.name.startswith(("default_", "factory_")) for f in fields)):
+        return None
+    env: dict[str, Any] = {"FACTORY": _FACTORY}
+    signature: list[str] = []
+    factories: list[str] = []
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            env[f"default_{f.name}"] = f.default
+            signature.append(f"{f.name}=default_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            env[f"factory_{f.name}"] = f.default_factory
+            signature.append(f"{f.name}=FACTORY")
+            factories.append(f"    if {f.name} is FACTORY:\n        {f.name} = factory_{f.name}()")
+        else:
+            signature.append(f.name)
+    fills = [f"    fields_[{f.name!r}] = {f.name}" for f in fields]
+    return signature, factories, fills, env

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from . import _observe
 from . import ledger as L
-from ._clone import quick_init
+from ._clone import maker, quick_init
 from .backend import Backend, StepCall
 from .errors import (
     AttemptEnded,
@@ -74,9 +74,12 @@ class External:
 
 
 def _unwrap(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    external = [k for k, v in inputs.items() if isinstance(v, External)]
-    if not external:
+    for v in inputs.values():       # a loop, not a comprehension: this runs on every step
+        if isinstance(v, External):
+            break
+    else:
         return dict(inputs), ()
+    external = [k for k, v in inputs.items() if isinstance(v, External)]
     values = {k: (v.value if isinstance(v, External) else v) for k, v in inputs.items()}
     return values, tuple(sorted(external))
 
@@ -113,13 +116,20 @@ class _Prepared:
         self.external = external
 
     def write(self, result: Any) -> L.StepWrite:
-        return L.StepWrite(step=self.name, sources=self.sources, input_key=self.key,
+        return _STEP_WRITE(step=self.name, sources=self.sources, input_key=self.key,
                            result=result, result_id=self.rid, external=self.external)
 
     def record(self, result: Any) -> L.Command:
         w = self.worker
-        return L.RecordSteps(attempt=w.attempt.number, token=w.token, entries=(self.write(result),),
-                             at=w.clock(), secret=w.attempt.secret)
+        att = w.attempt
+        return _RECORD_STEPS(attempt=att.number, token=att.token, entries=(self.write(result),),
+                             at=w.clock(), secret=att.secret)
+
+
+#: The records built on every step, by functions rather than their classes (see ``maker``).
+_STEP_WRITE = maker(L.StepWrite)
+_RECORD_STEPS = maker(L.RecordSteps)
+_STEP_RECORD = maker(StepRecord)
 
 
 def _ms() -> int:
@@ -216,9 +226,12 @@ class Worker:
 
     def _prepare(self, name: str, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> _Prepared:
         ins, external = _unwrap(inputs)
-        sources = {k: content_hash(v) for k, v in ins.items()}
+        sources = {}
+        for k, v in ins.items():
+            sources[k] = content_hash(v)
         key = input_key(name, sources)
-        rid = L.result_id(self.work_id, name, key, self.attempt.number)
+        att = self.attempt
+        rid = L.result_id(att.work_id, name, key, att.number)
 
         async def body() -> Any:
             out = fn(**ins)
@@ -226,15 +239,15 @@ class Worker:
                 out = await out
             return out
 
-        call = StepCall(work_id=self.work_id, attempt=self.attempt.number, token=self.token,
+        call = StepCall(work_id=att.work_id, attempt=att.number, token=att.token,
                         step=name, input_key=key, persist=self.persist)
         return _Prepared(self, name, sources, key, rid, call, body, external)
 
     def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool) -> None:
         self._results[p.name] = result
         self._parts[p.name] = (p.key, p.sources, result_id, p.external)
-        self.steps[p.name] = StepRecord(step=p.name, input_key=p.key, result_id=result_id,
-                                        restored=restored)
+        self.steps[p.name] = _STEP_RECORD(step=p.name, input_key=p.key, result_id=result_id,
+                                          restored=restored)
 
     def _restore(self, p: _Prepared) -> bool:
         """Satisfy ``p`` from this attempt or the journal, if its key is there."""
