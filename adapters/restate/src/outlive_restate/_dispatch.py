@@ -191,8 +191,12 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     if L.is_leased(att):
         quiet = await _now(ctx) - att.last_heartbeat
         if _sign(att) != r["seen"] or quiet < lease:
-            # alive: check again when a lease has passed since its last sign of life
-            _arm(ctx, target, number, _sign(att), lease - quiet if 0 < quiet < lease else lease)
+            # alive: check again when a lease has passed since its last sign of life. A check
+            # that comes late (its sign of life already a lease old, but new since the last
+            # check) looks again at once rather than a whole lease later: otherwise a takeover
+            # took two leases whenever the claim landed just before the first check fell due.
+            _arm(ctx, target, number, _sign(att),
+                 lease - quiet if 0 < quiet < lease else 0 if quiet >= lease else lease)
             return "alive"
     # Silent for a whole lease, marked unknown by someone else, or stopped: Restate's cancel
     # ends the invocation, the ledger records silence as unknown, and a successor is sent.
