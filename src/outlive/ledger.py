@@ -856,19 +856,10 @@ _RUNNING = AttemptState.RUNNING
 _MAX_CHARS = MAX_PAYLOAD_BYTES // 4
 
 
-def _record_usual(state: WorkState, cmd: RecordSteps,
-                  now: int | None) -> tuple[WorkState, Outcome] | None:
-    """What ``apply`` answers for ``cmd`` in the usual case, built directly; None otherwise.
-
-    The usual case: the attempt's current owner writes new entries that pass every check (its
-    token is the epoch, it carries the token's secret, the attempt has not ended, each entry's
-    name, input key, external names, size and version parts are right, none is journaled
-    already). These are the checks of :func:`_fence`, :func:`_check_sources` and
-    :func:`_journal`, each one a condition here: when any of them fails (a stale or foreign
-    token, a retried entry, a bad key) this returns None and the general path decides, so every
-    refusal and every unusual answer comes from the general path. Equality with it is tested
-    command by command (tests/test_ledger_fast.py).
-    """
+def _usual_owner(state: WorkState, cmd: RecordSteps | Heartbeat) -> Attempt | None:
+    """The attempt ``cmd`` writes for when it comes from the current owner (its token is the
+    epoch and the attempt's, it carries the token's secret, the attempt has not ended): the
+    fence's conditions, shared by the quick paths; None sends the command to the general path."""
     token = cmd.token
     if token != state.epoch or token <= 0:
         return None
@@ -884,6 +875,26 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
         secret = cmd.secret
         if type(secret) is not str or (_KEY_HASHES.get(secret) or _secret_hash(secret)) != att.key_hash:
             return None
+    return att
+
+
+def _record_usual(state: WorkState, cmd: RecordSteps,
+                  now: int | None) -> tuple[WorkState, Outcome] | None:
+    """What ``apply`` answers for ``cmd`` in the usual case, built directly; None otherwise.
+
+    The usual case: the attempt's current owner writes new entries that pass every check (its
+    token is the epoch, it carries the token's secret, the attempt has not ended, each entry's
+    name, input key, external names, size and version parts are right, none is journaled
+    already). These are the checks of :func:`_fence`, :func:`_check_sources` and
+    :func:`_journal`, each one a condition here: when any of them fails (a stale or foreign
+    token, a retried entry, a bad key) this returns None and the general path decides, so every
+    refusal and every unusual answer comes from the general path. Equality with it is tested
+    command by command (tests/test_ledger_fast.py).
+    """
+    att = _usual_owner(state, cmd)
+    if att is None:
+        return None
+    token, number = att.token, att.number
     entries = cmd.entries
     if not entries:
         return None
@@ -983,21 +994,10 @@ def _beat_usual(state: WorkState, cmd: Heartbeat,
     """
     if cmd.claim:
         return None
-    token = cmd.token
-    if token != state.epoch or token <= 0:
+    att = _usual_owner(state, cmd)
+    if att is None:
         return None
-    number = cmd.attempt
-    for att in state.attempts:          # WorkState.attempt
-        if att.number == number:
-            break
-    else:
-        return None
-    if att.token != token or att.state in _ENDED:
-        return None
-    if att.key_hash is not None:
-        secret = cmd.secret
-        if type(secret) is not str or (_KEY_HASHES.get(secret) or _secret_hash(secret)) != att.key_hash:
-            return None
+    number = att.number
     at = cmd.at if now is None or cmd.at <= now else now
     waiting = att.state is _WAITING     # _alive(resume=False): a beat keeps a wait
     fields = att.__dict__.copy()
