@@ -115,6 +115,16 @@ def _draft_graph(saver: Any) -> Any:
     return g.compile(checkpointer=saver)
 
 
+async def _replaced_first_attempt(b: outlive.Backend) -> tuple[Controller, RunnableConfig]:
+    """Attempt #1 made silent (``unknown``) after v2 is published: the controller, and #1's
+    config for a stale write to the thread's checkpoint ``c1``."""
+    ctl, w1 = await first_attempt(b)
+    await ctl.publish("q3", "v2", V2)
+    await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+    return ctl, attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
+                                                     "checkpoint_id": "c1"}})
+
+
 async def _takeover(b: outlive.Backend) -> Worker:
     ctl = Controller(b, clock=lambda: 0)
     await ctl.publish("q3", "v2", V2)
@@ -186,11 +196,7 @@ async def test_a_write_sent_while_an_admission_is_in_flight_waits_for_it_and_is_
     try:
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
-        ctl, w1 = await first_attempt(b)
-        await ctl.publish("q3", "v2", V2)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
-        config = attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
-                                                      "checkpoint_id": "c1"}})
+        _ctl, config = await _replaced_first_attempt(b)
         async with await psycopg.AsyncConnection.connect(pg_server.conninfo(db),
                                                          autocommit=True) as other:
             watch = await psycopg.AsyncConnection.connect(pg_server.conninfo(db), autocommit=True)
@@ -224,11 +230,7 @@ async def test_a_write_asked_while_our_own_admission_is_in_flight_waits_for_it_c
     try:
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
-        ctl, w1 = await first_attempt(b)
-        await ctl.publish("q3", "v2", V2)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
-        config = attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
-                                                      "checkpoint_id": "c1"}})
+        ctl, config = await _replaced_first_attempt(b)
         sent, missed = saver.statements, saver.missed
         async with await psycopg.AsyncConnection.connect(pg_server.conninfo(db),
                                                          autocommit=True) as other:
@@ -409,11 +411,7 @@ async def test_a_held_write_of_a_replaced_attempt_is_refused_with_the_write_that
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
         saver.hold_seconds = 30.0        # only the next write can send it
-        ctl, w1 = await first_attempt(b)
-        await ctl.publish("q3", "v2", V2)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
-        config = attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
-                                                      "checkpoint_id": "c1"}})
+        _ctl, config = await _replaced_first_attempt(b)
         first = asyncio.create_task(saver.aput_writes(config, [("draft", "held")], "t1"))
         for _ in range(100):
             if saver._held:

@@ -208,8 +208,8 @@ class _Held(Backend):
     holds its step writes back; ``cut()`` then writes them the way a flush does and loses
     everything from the core on (an owner killed in the middle of its flush)."""
 
-    def __init__(self) -> None:
-        super().__init__("held://")
+    def __init__(self, url: str = "held://") -> None:
+        super().__init__(url)
         self.data: dict[str, bytes] = {}
         self.held: tuple[Any, WorkState] | None = None   # (the stored view, the state in memory)
 
@@ -301,31 +301,17 @@ async def test_a_ledger_of_another_layout_is_refused_not_misread() -> None:
     assert st is not None and st.work_id == "cuts/old"
 
 
-class _Owner(Backend):
+class _Owner(_Held):
     """Applies commands as the ledger handler does, or (between ``hold`` and ``flush``) in
     memory, written at ``flush`` as the owner shape writes them: without index keys."""
 
     def __init__(self) -> None:
         super().__init__("owner://")
-        self.data: dict[str, bytes] = {}
-        self.held: tuple[Any, WorkState] | None = None
         self.last: L.Command | None = None
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
         self.last = command
-        if self.held is None:
-            kv = _KV(work_id, self.data)
-            outcome = await _apply(kv, command)  # type: ignore[arg-type]
-            self.data = _run(self.data, kv.ops)
-            return outcome
-        new, outcome = L.apply(self.held[1], command, work_id=work_id)
-        self.held = (self.held[0], new)
-        return outcome
-
-    async def hold(self, work_id: str) -> None:
-        view = await read_all(_KV(work_id, self.data))  # type: ignore[arg-type]
-        assert view is not None
-        self.held = (view, view.state)
+        return await super().execute(work_id, command)
 
     def flush(self, work_id: str) -> None:
         assert self.held is not None
@@ -333,9 +319,6 @@ class _Owner(Backend):
         _write(kv, self.held[0], self.held[1], index=False)  # type: ignore[arg-type]
         self.data = _run(self.data, kv.ops)
         self.held = None
-
-    async def load(self, work_id: str) -> WorkState | None:
-        return await _full(work_id, self.data)
 
 
 async def test_owner_writes_no_index_keys_and_the_next_lookup_reads_its_batches() -> None:
