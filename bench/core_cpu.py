@@ -60,14 +60,20 @@ def _show(name: str, per_call: list[float]) -> None:
     print(f"{name:28s} min {min(per_call):7.1f}  median {statistics.median(per_call):7.1f} µs/call")
 
 
-async def _worker_bench(blocks: int, size: int) -> tuple[list[float], Worker, WorkState]:
+async def _started_worker() -> Worker:
+    """Attempt #1 of work ``w`` on memory://, claimed: what every measurement starts from."""
     backend = await open_backend("memory://")
     ctl = Controller(backend, clock=lambda: 0)
     await ctl.open_work("w")
     await ctl.publish("w", "v1", {"s1": "x", "s2": "y"})
-    att = await ctl.admit("w")
-    worker = Worker(backend, att, {"s1": "x", "s2": "y"}, clock=lambda: 1)
+    worker = Worker(backend, await ctl.admit("w"), {"s1": "x", "s2": "y"}, clock=lambda: 1)
     await worker.start()
+    return worker
+
+
+async def _worker_bench(blocks: int, size: int) -> tuple[list[float], Worker, WorkState]:
+    worker = await _started_worker()
+    backend = worker.backend
     counter = iter(range(10 ** 9))
 
     def body(s1: str) -> dict[str, str]:
@@ -155,13 +161,8 @@ def _measured(run: Callable[[], None]) -> None:
 
 async def _one(measure: str, n: int) -> None:
     """Set ``measure`` up, then run it ``n`` times inside :func:`_measured`."""
-    backend = await open_backend("memory://")
-    ctl = Controller(backend, clock=lambda: 0)
-    await ctl.open_work("w")
-    await ctl.publish("w", "v1", {"s1": "x", "s2": "y"})
-    att = await ctl.admit("w")
-    worker = Worker(backend, att, {"s1": "x", "s2": "y"}, clock=lambda: 1)
-    await worker.start()
+    worker = await _started_worker()
+    backend, att = worker.backend, worker.attempt
 
     def body(s1: str) -> dict[str, str]:
         return {"r": s1}
