@@ -340,42 +340,129 @@ class _Loop(TypedDict):
     stop: int
 
 
-async def test_a_node_step_is_two_commits_like_a_plain_node(pg_server: PostgresServer) -> None:
-    """A StateGraph node that is an outlive step: its journal entry, then LangGraph's write of the
-    node's updates and the superstep's checkpoint as one fenced statement (the ``put_writes`` is
-    held for the ``put`` that follows it) - two commits a superstep, as a plain node costs on
-    LangGraph's own saver, and none sent twice. Every held write landed."""
+def _loop_graph(saver: Any, body: Any) -> Any:
+    g = StateGraph(_Loop)
+    g.add_node("step", outlive_node(body, name="step", inputs=("i",), external=["i"]))
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["i"] < s["stop"] else END)
+    return g.compile(checkpointer=saver)
+
+
+def _writes(conninfo: str) -> int:
+    """The server's next transaction id: each transaction that wrote took one (a read takes
+    none, this one included), so the difference between two reads counts write commits (and
+    aborted writes, of which these runs have none: no statement missed or was refused)."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _node_loop_commits(pg_server: PostgresServer, n: int, *,
+                             defer: bool) -> tuple[int, int, int, list[Any]]:
+    """(server commits, fenced statements, entries carried, the journal) for one run of ``n``
+    node supersteps."""
     db = f"h_{uuid.uuid4().hex[:8]}"
     b = await outlive.open_backend(pg_server.create_database(db))
-    n = 12
     try:
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
+        if not defer:
+            saver.one_statement = True
+            b.defer_node_entry = None  # type: ignore[attr-defined]
 
         async def body(state: _Loop) -> dict[str, int]:
             return {"i": state["i"] + 1}
 
-        g = StateGraph(_Loop)
-        g.add_node("step", outlive_node(body, name="step", inputs=("i",), external=["i"]))
-        g.add_edge(START, "step")
-        g.add_conditional_edges("step", lambda s: "step" if s["i"] < s["stop"] else END)
-        graph = g.compile(checkpointer=saver)
+        graph = _loop_graph(saver, body)
         _ctl, w = await first_attempt(b)
-        before = (saver.statements, saver.held, saver.locked)
+        before = (_writes(pg_server.conninfo(db)), saver.statements, saver.carried)
         out = await run(graph, {"i": 0, "stop": n}, worker=w,
                         config={"configurable": {"thread_id": "loop"}})
         assert out == {"i": n, "stop": n}
-        statements, held, locked = (a - z for a, z in zip(
-            (saver.statements, saver.held, saver.locked), before, strict=True))
-        assert locked == 0 and saver.missed == 0
-        assert held >= n                 # each node's put_writes went with the checkpoint's put
-        assert statements <= n + 3       # one fenced statement a superstep (plus input, end)
+        after = (_writes(pg_server.conninfo(db)), saver.statements, saver.carried)
+        assert saver.locked == 0 and saver.missed == 0
+        st = await b.load("q3")
+        assert st is not None
+        journal = [(e.step, e.input_key, e.result, e.attempt) for e in st.journal]
     finally:
         await b.close()
     with psycopg.connect(pg_server.conninfo(db)) as conn:
         row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'loop' "
                            "AND channel = 'i'").fetchone()
     assert row is not None and row[0] == n + 1   # the input, then every node's update
+    commits, statements, carried = (a - z for a, z in zip(after, before, strict=True))
+    return commits, statements, carried, journal
+
+
+async def test_a_node_superstep_is_one_commit(pg_server: PostgresServer) -> None:
+    """A StateGraph node that is an outlive step: its journal entry, LangGraph's write of the
+    node's updates and the superstep's checkpoint go out as one statement (the entry waits for
+    the ``put_writes``, held for the ``put``): one commit a superstep, where a plain node on
+    LangGraph's own saver costs two. Without the carried entry it is two (the entry, then the
+    rest), counted by the server (write transactions): runs of 12 and 24 supersteps, the
+    difference over 12."""
+    n = 12
+    commits, statements, carried, journal = await _node_loop_commits(pg_server, n, defer=True)
+    assert carried == n              # every superstep's entry rode in its checkpoint statement
+    assert statements <= 2           # fenced statements of their own: the input's, the end's
+    more, _, _, _ = await _node_loop_commits(pg_server, 2 * n, defer=True)
+    base, base_statements, base_carried, base_journal = await _node_loop_commits(
+        pg_server, n, defer=False)
+    assert base_carried == 0 and base_statements >= n
+    assert journal == base_journal and len(journal) == n   # the same entries either way
+    base_more, _, _, _ = await _node_loop_commits(pg_server, 2 * n, defer=False)
+    assert (more - commits, base_more - base) == (n, 2 * n)   # commits a superstep: 1, was 2
+
+
+async def test_a_paused_nodes_late_entry_in_the_checkpoint_statement_is_refused(
+        pg_server: PostgresServer) -> None:
+    """Attempt #1's node body returns while #2 is admitted in another process; its entry then
+    waits for the superstep's checkpoint statement, which the ledger's compare-and-set refuses:
+    ``StaleOwner`` from the run, before any next node's body ran; neither the entry nor the
+    node's update nor the checkpoint landed."""
+    db = f"p_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(db)
+    b = await outlive.open_backend(url)
+    b2 = await outlive.open_backend(url)
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        saver.carry_seconds = 30.0   # only the checkpoint statement can send the entry
+        calls: list[int] = []
+        _ctl, w1 = await first_attempt(b)
+
+        async def body(state: _Loop) -> dict[str, int]:
+            calls.append(state["i"])
+            if state["i"] == 1:   # the second superstep: #2 is admitted meanwhile
+                await _takeover(b2)
+            return {"i": state["i"] + 1}
+
+        graph = _loop_graph(saver, body)
+        before = saver.carried
+        with pytest.raises(outlive.StaleOwner):
+            await run(graph, {"i": 0, "stop": 5}, worker=w1,
+                      config={"configurable": {"thread_id": "loop"}})
+        assert calls == [0, 1]           # no next node's body ran after the refusal
+        assert saver.carried == before + 1   # the first superstep's entry was carried
+        assert not saver.deferred
+    finally:
+        await b.close()
+        await b2.close()
+    with psycopg.connect(pg_server.conninfo(db)) as conn:
+        updates = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'loop' "
+                               "AND channel = 'i'").fetchone()
+        steps = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'loop'").fetchone()
+    b3 = await outlive.open_backend(url)
+    try:
+        st = await b3.load("q3")
+    finally:
+        await b3.close()
+    assert st is not None
+    assert [(e.step, e.attempt) for e in st.journal] == [("step", 1)]
+    assert updates is not None and updates[0] == 2   # the input and the first node's update
+    # The input's, the start's, and the first node's superstep's: none of the second's.
+    assert steps is not None and steps[0] == 3
 
 
 async def test_a_held_write_nobody_takes_is_sent_alone(pg_server: PostgresServer) -> None:

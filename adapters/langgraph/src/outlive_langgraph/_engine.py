@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
@@ -331,13 +331,22 @@ def outlive_node(fn: Any = None, /, *, name: str | None = None,
             declared = {"state": state}
         declared = {k: External(v) if k in outside else v for k, v in declared.items()}
 
-        async def body(**_: Any) -> Any:
-            out = fn(state, config) if wants_config else fn(state)
-            if inspect.isawaitable(out):
-                out = await out
-            return out
+        def step_run(finished: Callable[[Any], None] | None) -> Coroutine[Any, Any, Any]:
+            async def body(**_: Any) -> Any:
+                out = fn(state, config) if wants_config else fn(state)
+                if inspect.isawaitable(out):
+                    out = await out
+                if finished is not None:
+                    finished(out)
+                return out
 
-        return await _inline(worker, step, body, declared)
+            return _inline(worker, step, body, declared)
+
+        defer = getattr(worker.backend, "defer_node_entry", None)
+        if defer is not None:
+            # The journal entry may ride in the superstep's checkpoint statement (see there).
+            return await defer(config, step_run)
+        return await step_run(None)
 
     # Not functools.wraps: LangGraph reads the signature through ``__wrapped__``, and this node
     # takes ``config`` even when the user's function does not.

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER, CONFIG_KEY_DURABILITY, NS_SEP
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -64,6 +65,9 @@ _STRAY: ContextVar[TaskWrite | None] = ContextVar("outlive_langgraph_pg_stray", 
 _HOLD: ContextVar[bool] = ContextVar("outlive_langgraph_pg_hold", default=False)
 _ALSO: ContextVar[tuple[str, list[Any], list[bool]] | None] = ContextVar(
     "outlive_langgraph_pg_also", default=None)
+#: A node step's journal entry that waits for the superstep's checkpoint to carry it (set
+#: around the step's task by :meth:`LangGraphPostgresBackend.defer_node_entry`).
+_DEFER: ContextVar[_Deferred | None] = ContextVar("outlive_langgraph_pg_defer", default=None)
 _LOCK_HEAD = "SELECT seq FROM outlive_works WHERE work_id = %s FOR SHARE"
 #: How the core's one-statement ledger write ends (its answer: 1 if the compare-and-set took).
 _ANSWER = " SELECT count(*) FROM head"
@@ -136,6 +140,10 @@ class _Ledger(PostgresLedger):
             await asyncio.shield(busy[-1])
 
     async def _write(self, req: Write) -> bool:
+        deferred = _DEFER.get()
+        if deferred is not None and deferred.body_done and not deferred.written \
+                and req.single is not None and req.single[0].endswith(_ANSWER):
+            return await self._carried_write(req, req.single, deferred)
         also = _ALSO.get()
         if also is None or req.single is None or not req.single[0].endswith(_ANSWER):
             return await super()._write(req)
@@ -150,6 +158,27 @@ class _Ledger(PostgresLedger):
         return took
 
 
+    async def _carried_write(self, req: Write, single: tuple[str, tuple[Any, ...]],
+                             deferred: _Deferred) -> bool:
+        """A node step's journal entry: wait for the attempt's next fenced write (the node's
+        ``put_writes``, held for the superstep's checkpoint) and send its statements with the
+        entry, ``FROM head``: they land only if the entry's compare-and-set took."""
+        if not deferred.ready.done():
+            deferred.ready.set_result(None)   # the node may return its update now
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(deferred.saver.carry_seconds, deferred.give_up)
+            deferred.calls.add_done_callback(lambda _: timer.cancel())
+        calls = await deferred.calls
+        merged = deferred.saver.carried_statement(single, calls) if calls else None
+        if merged is None:
+            took = await super()._write(req)
+        else:
+            took = await super()._write(replace(req, single=merged))
+            deferred.carried = took
+        deferred.written = took
+        return took
+
+
 async def _nothing_in_flight(work_id: str) -> None:
     """A ledger that does not track its commands in flight (the fence then may miss and retry)."""
 
@@ -161,6 +190,41 @@ class _Held:
     calls: list[tuple[str, Sequence[Any]]]
     #: True once sent (committed) in another write's statement; False: send it yourself.
     sent: asyncio.Future[bool]
+
+
+@dataclass(eq=False)
+class _Deferred:
+    """A node step's journal entry waiting for the superstep's next fenced write to carry it.
+
+    Under ``durability="sync"`` LangGraph starts no next superstep before the superstep's
+    checkpoint ``put`` returned, so a node's entry need not commit before the node returns: it
+    goes out in the statement of the attempt's next fenced write (the node's ``put_writes``,
+    itself held for the checkpoint's ``put``), and that write returns only once the step did.
+    """
+
+    saver: FencedAsyncPostgresSaver
+    owner: tuple[str, int, int]
+    #: Set when the body returned and its entry waits to be carried: the node returns then.
+    ready: asyncio.Future[None]
+    #: LangGraph's statements to send with the entry ([]: send the entry alone).
+    calls: asyncio.Future[list[tuple[str, Sequence[Any]]]]
+    task: asyncio.Task[Any] | None = None
+    result: Any = None
+    body_done: bool = False
+    #: The entry committed (then no later write of the step's task is merged again).
+    written: bool = False
+    #: The carrier's statements committed with the entry.
+    carried: bool = False
+
+    def finished(self, result: Any) -> None:
+        """The node's body returned ``result`` (its entry is the step's next ledger write)."""
+        self.result = result
+        self.body_done = True
+
+    def give_up(self) -> None:
+        """No fenced write came in time: the entry is sent alone."""
+        if not self.calls.done():
+            self.calls.set_result([])
 
 
 class _Recorder:
@@ -212,8 +276,15 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         #: Fenced ``put_writes`` sent in the next write's statement (tests, benchmarks).
         self.held = 0
         self._held: dict[tuple[str, int, int], list[_Held]] = {}
+        #: Node steps' journal entries waiting for this attempt's next fenced write to carry them.
+        self.deferred: dict[tuple[str, int, int], _Deferred] = {}
+        #: How long a node's entry waits for a carrier before it is sent alone (a safety net:
+        #: under ``sync`` the node's own ``put_writes`` follows at once).
+        self.carry_seconds = 1.0
+        #: Fenced writes sent in a node step's journal statement (tests, benchmarks).
+        self.carried = 0
         self._types: dict[str, dict[str, str]] = {}
-        self._shapes: dict[str, str | None] = {}
+        self._shapes: dict[tuple[str, str], str | None] = {}
 
     async def setup(self) -> None:
         """LangGraph's tables, then their column types (the fenced statement casts to them)."""
@@ -307,6 +378,14 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
             held = self._held.pop(owner, [])
             calls = [c for h in held for c in h.calls] + recorder.calls
             try:
+                deferred = self.deferred.get(owner)
+                if deferred is not None and await self._carry(deferred, calls):
+                    for h in held:
+                        if not h.sent.done():
+                            h.sent.set_result(True)
+                            self.held += 1
+                    self.carried += 1
+                    return  # committed in the node step's journal statement
                 statement = self._one_statement(calls)
                 if statement is None or not await self._compare_and_write(owner, *statement):
                     await self._locked_write(owner, None, calls)
@@ -321,6 +400,37 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
                     self.held += 1
             return
         await self._locked_write(owner, stray, recorder.calls)
+
+    async def _carry(self, deferred: _Deferred, calls: list[tuple[str, Sequence[Any]]]) -> bool:
+        """Hand ``calls`` to a node step's entry waiting for them and wait for the step to end
+        (its refusal is raised here); True if they committed with it. A step whose entry went
+        alone (or wrote nothing) is waited for all the same: this write comes after it."""
+        task = deferred.task
+        if deferred.ready.done() and not deferred.calls.done():
+            deferred.calls.set_result(calls)
+        if task is not None:
+            await asyncio.shield(task)
+        return deferred.carried and deferred.calls.result() is calls
+
+    def carried_statement(self, single: tuple[str, tuple[Any, ...]],
+                          calls: list[tuple[str, Sequence[Any]]]
+                          ) -> tuple[str, tuple[Any, ...]] | None:
+        """The core's one-statement ledger write with LangGraph's inserts as CTEs ``FROM head``
+        (they land only if its compare-and-set took), or None when one cannot be made so."""
+        if not self.one_statement:
+            return None
+        sql, params = single
+        parts: list[str] = []
+        extra: list[Any] = []
+        for i, (query, args) in enumerate(calls):
+            shape = self._conditional(query, "head")
+            if shape is None:
+                return None
+            parts.append(f", langgraph{i} AS ({shape})")
+            extra.extend(args)
+        if len(params) + len(extra) > _MAX_PARAMS:
+            return None
+        return sql[:-len(_ANSWER)] + "".join(parts) + _ANSWER, (*params, *extra)
 
     async def _hold(self, owner: tuple[str, int, int],
                     calls: list[tuple[str, Sequence[Any]]]) -> bool:
@@ -357,9 +467,7 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         parts: list[str] = []
         params: list[Any] = []
         for i, (query, args) in enumerate(calls):
-            shape = self._shapes.get(query, "")
-            if shape == "":
-                shape = self._shapes[query] = self._conditional(query)
+            shape = self._conditional(query, "fence")
             if shape is None:
                 return None
             parts.append(f", w{i} AS ({shape})")
@@ -368,10 +476,17 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
             return None
         return _FENCE + "".join(parts) + _TOOK, params
 
-    def _conditional(self, query: str) -> str | None:
+    def _conditional(self, query: str, source: str) -> str | None:
         """``INSERT INTO t (cols) VALUES (%s, ...) rest`` -> ``INSERT INTO t (cols) SELECT
-        %s::type, ... FROM fence rest`` (typed from the table: a bare parameter in a SELECT
+        %s::type, ... FROM <source> rest`` (typed from the table: a bare parameter in a SELECT
         list would be taken as text), or None for any other shape."""
+        key = (query, source)
+        shape = self._shapes.get(key, "")
+        if shape == "":
+            shape = self._shapes[key] = self._shape(query, source)
+        return shape
+
+    def _shape(self, query: str, source: str) -> str | None:
         m = _INSERT.match(query)
         if m is None:
             return None
@@ -381,7 +496,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         if types is None or len(names) != values.count("%s") or any(n not in types for n in names):
             return None
         typed = ", ".join(f"%s::{types[n]}" for n in names)
-        return f"INSERT INTO {table} ({', '.join(names)}) SELECT {typed} FROM fence{rest.rstrip()}"
+        return (f"INSERT INTO {table} ({', '.join(names)}) SELECT {typed} FROM {source}"
+                f"{rest.rstrip()}")
 
     async def _compare_and_write(self, owner: tuple[str, int, int], sql: str,
                                  params: list[Any]) -> bool:
@@ -545,6 +661,55 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         if wrote and announce:
             saver.wrote(slot, writes)
         return out, bool(wrote)
+
+    async def defer_node_entry(self, config: RunnableConfig,
+                               run: Callable[[Callable[[Any], None] | None],
+                                             Coroutine[Any, Any, Any]]) -> Any:
+        """Run a node's step; return the node's update once its journal entry is *sent*.
+
+        ``run(finished)`` runs the step (the body calls ``finished(update)`` when it returns).
+        Where it is safe - a node of a root graph, ``durability="sync"``, checkpointed by this
+        backend's saver, no other node of the attempt waiting so - the entry goes out in the
+        statement of the attempt's next fenced write (the node's ``put_writes``, held for the
+        superstep's checkpoint): one commit a superstep. LangGraph starts no next superstep
+        before that ``put`` returned, and it returns after the step: a refusal is raised there,
+        before any next node's body runs. Anywhere else the entry commits before the node
+        returns, as any step's.
+        """
+        found, owner = self._saver, owner_of(config)
+        conf = config.get("configurable") or {}
+        if found is None or owner is None or owner in found.deferred \
+                or conf.get(CONFIG_KEY_CHECKPOINTER) is not found \
+                or conf.get(CONFIG_KEY_DURABILITY) != "sync" \
+                or NS_SEP in str(conf.get("checkpoint_ns", NS_SEP)):
+            return await run(None)
+        saver = cast(FencedAsyncPostgresSaver, found)
+        loop = asyncio.get_running_loop()
+        deferred = _Deferred(saver, owner, loop.create_future(), loop.create_future())
+        token = _DEFER.set(deferred)
+        try:
+            step = loop.create_task(run(deferred.finished))
+        finally:
+            _DEFER.reset(token)
+        deferred.task = step
+        saver.deferred[owner] = deferred
+
+        def ended(task: asyncio.Task[Any]) -> None:
+            if saver.deferred.get(owner) is deferred:
+                del saver.deferred[owner]
+            deferred.give_up()
+            if not task.cancelled():
+                task.exception()   # retrieved: a carrier (or the node) raises it
+
+        step.add_done_callback(ended)
+        try:
+            await asyncio.wait((deferred.ready, step), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            step.cancel()
+            raise
+        if step.done():   # restored, refused, failed, or written without a carrier
+            return step.result()
+        return deferred.result
 
     async def close(self) -> None:
         self._program = None  # bound to this saver; a restarted backend builds a new one
