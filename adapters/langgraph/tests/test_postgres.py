@@ -335,6 +335,101 @@ async def test_a_step_is_one_transaction_with_langgraphs_task_write(
     assert row is not None and row[0] == 5
 
 
+def _journaled(conninfo: str, work: str) -> int:
+    with psycopg.connect(conninfo) as conn:
+        row = conn.execute("SELECT seq FROM outlive_works WHERE work_id = %s", (work,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_task_hands_langgraph_its_result_once_sent_and_the_user_once_committed(
+        pg_server: PostgresServer) -> None:
+    """In an entrypoint, an ``outlive_task``'s body returns its envelope to LangGraph once the
+    journal write is sent; the user's ``await`` gets the result only after the commit. Each
+    commit is slowed here, so LangGraph's ``put_writes`` of the task comes while the write is in
+    flight: it waits for it and is answered as done (no second statement, one row per task), and
+    the work's head has moved by the time the user's next line runs."""
+    db = f"s_{uuid.uuid4().hex[:8]}"
+    conninfo = pg_server.conninfo(db)
+    b = await outlive.open_backend(pg_server.create_database(db))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        seen: list[int] = []
+
+        @outlive_task(external=("i",))
+        async def step(i: int) -> dict[str, int]:
+            return {"i": i}
+
+        @entrypoint(checkpointer=saver)
+        async def prog(n: int) -> list[int]:
+            out = []
+            for i in range(n):
+                out.append((await step(i))["i"])
+                seen.append(await asyncio.to_thread(_journaled, conninfo, "q3"))
+            return out
+
+        _ctl, w = await first_attempt(b)
+        start = await asyncio.to_thread(_journaled, conninfo, "q3")
+
+        async def slow(_conn: Any) -> None:
+            await asyncio.sleep(0.05)
+
+        b.ledger.before_write = slow  # type: ignore[attr-defined]
+        before = (saver.merged, saver.waited, saver.statements)
+        assert await run(prog, 4, worker=w) == list(range(4))
+        assert (saver.merged - before[0], saver.waited - before[1]) == (4, 4)
+        assert seen == [start + i + 1 for i in range(4)]   # committed before the user's next line
+        assert saver.statements - before[2] <= 2            # the input's and the end's checkpoints
+    finally:
+        await b.close()
+    with psycopg.connect(conninfo) as conn:
+        row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'q3' "
+                           "AND channel = '__return__'").fetchone()
+    assert row is not None and row[0] == 4
+
+
+async def test_a_tasks_refused_entry_raises_at_the_users_await(pg_server: PostgresServer) -> None:
+    """#2 is admitted (another process) while #1's step runs: #1's body hands LangGraph its
+    envelope once the write is sent, the write is refused, and ``StaleOwner`` raises at the
+    user's ``await``: the line after it never runs and no row of the refused task lands."""
+    db = f"u_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(db)
+    b = await outlive.open_backend(url)
+    b2 = await outlive.open_backend(url)
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        after: list[int] = []
+
+        @outlive_task(external=("i",))
+        async def step(i: int) -> dict[str, int]:
+            if i == 1:
+                await _takeover(b2)
+            return {"i": i}
+
+        @entrypoint(checkpointer=saver)
+        async def prog(n: int) -> list[int]:
+            out = []
+            for i in range(n):
+                out.append((await step(i))["i"])
+                after.append(i)
+            return out
+
+        _ctl, w = await first_attempt(b)
+        with pytest.raises(outlive.StaleOwner):
+            await run(prog, 3, worker=w)
+        assert after == [0]
+        assert not saver.in_flight
+    finally:
+        await b.close()
+        await b2.close()
+    with psycopg.connect(pg_server.conninfo(db)) as conn:
+        row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'q3' "
+                           "AND channel = '__return__'").fetchone()
+    assert row is not None and row[0] == 1
+
+
 class _Loop(TypedDict):
     i: int
     stop: int

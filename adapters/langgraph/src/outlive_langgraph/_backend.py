@@ -22,6 +22,8 @@ background, even under ``durability="sync"``.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import sqlite3
 import uuid
@@ -71,6 +73,11 @@ def step_thread_id(work_id: str, attempt: int) -> str:
 _BODIES: dict[str, Callable[[], Awaitable[Any]]] = {}
 
 
+def _settle(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
 class LangGraphBackend(Backend):
     """Shared part: the step program (one ``@entrypoint`` that runs the body) and ``run_step``."""
 
@@ -117,14 +124,17 @@ class LangGraphBackend(Backend):
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
                                      writes: Sequence[tuple[str, Any]], *,
-                                     announce: bool = True) -> tuple[Outcome, bool]:
+                                     announce: bool = True,
+                                     on_send: Callable[[], Any] | None = None
+                                     ) -> tuple[Outcome, bool]:
         """Apply ``command`` and, in the same transaction, LangGraph's rows for ``writes`` of the
         task at ``slot``; ``(outcome, whether those rows were written)``.
 
         The rows are written only when the command writes (a no-op writes nothing).
         ``announce``: tell the saver, so that LangGraph's own later ``put_writes`` of them is
-        answered as done (False when this *is* that ``put_writes``). This default (a store with
-        no shared transaction) writes the command alone.
+        answered as done (False when this *is* that ``put_writes``). ``on_send``: called when
+        the write is sent, before its commit (where a store can tell; else never). This default
+        (a store with no shared transaction) writes the command alone.
         """
         return await self.execute(work_id, command), False
 
@@ -150,8 +160,10 @@ class LangGraphBackend(Backend):
             finally:
                 PENDING_TASK_WRITE.reset(token)
             value = pending.make(call, result)
-            outcome, wrote = await self.record_with_task_write(call.work_id, record(result),
-                                                               pending.slot, [(_RETURN, value)])
+            sent = pending.sent
+            outcome, wrote = await self.record_with_task_write(
+                call.work_id, record(result), pending.slot, [(_RETURN, value)],
+                on_send=None if sent is None else functools.partial(_settle, sent, value))
             if wrote:
                 pending.value.append(value)
             return result, outcome
@@ -363,7 +375,9 @@ class LangGraphSqliteBackend(LangGraphBackend):
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
                                      writes: Sequence[tuple[str, Any]], *,
-                                     announce: bool = True) -> tuple[Outcome, bool]:
+                                     announce: bool = True,
+                                     on_send: Callable[[], Any] | None = None
+                                     ) -> tuple[Outcome, bool]:
         """The core store's write transaction, with LangGraph's rows added before its COMMIT."""
         if slot is None:
             return await self.execute(work_id, command), False

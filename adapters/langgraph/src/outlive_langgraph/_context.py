@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -110,6 +111,9 @@ class PendingTaskWrite:
     slot: TaskWrite | None
     make: Callable[[Any, Any], Any]
     value: list[Any]
+    #: Set to the envelope once the journal write that carries it is sent (None: the task
+    #: returns after the commit). The body may return it then; the caller awaits the commit.
+    sent: asyncio.Future[Any] | None = None
 
 
 #: The running outlive task's pending write (None outside a task body, and inside its step's body).

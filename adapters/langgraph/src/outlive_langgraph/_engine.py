@@ -22,6 +22,7 @@ inputs; otherwise the step runs outside LangGraph's task (its position holds som
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
@@ -149,6 +150,35 @@ async def _inline(worker: Worker, step: str, fn: Callable[..., Any], inputs: dic
         INSIDE_TASK.reset(token)
 
 
+async def _when_sent(worker: Worker, step: str, fn: Callable[..., Any], inputs: dict[str, Any],
+                     pending: PendingTaskWrite) -> tuple[Any, asyncio.Task[Any] | None]:
+    """Run the step in a task of its own and come back once its journal write (which carries
+    the envelope as LangGraph's row for this task) is *sent*: ``(envelope, the step)``.
+
+    The caller (``OutliveTask.__call__``) awaits the step, so the user's code gets the result
+    only after the commit, and a refusal raises at its ``await``; LangGraph's bookkeeping of the
+    returned task runs meanwhile. ``(result, None)``: the step ended first (restored, or
+    written otherwise); a refusal or failure is raised, as the body's.
+    """
+    loop = asyncio.get_running_loop()
+    pending.sent = loop.create_future()
+    token = PENDING_TASK_WRITE.set(pending)
+    try:
+        running = loop.create_task(_inline(worker, step, fn, inputs))
+    finally:
+        PENDING_TASK_WRITE.reset(token)
+    try:
+        await asyncio.wait((pending.sent, running), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        running.cancel()
+        raise
+    if running.done():
+        return running.result(), None
+    # Retrieved if nobody awaits the call (the entrypoint's checkpoint still waits for it).
+    running.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return pending.sent.result(), running
+
+
 class OutliveTask(Generic[P, T]):
     """An input-keyed, fenced step that runs as exactly one LangGraph ``@task`` call."""
 
@@ -172,11 +202,20 @@ class OutliveTask(Generic[P, T]):
             merges = getattr(worker.backend, "merges_task_writes", False)
             pending = PendingTaskWrite(step=step, slot=running_task_write() if merges else None,
                                        make=_envelope, value=[])
-            token = PENDING_TASK_WRITE.set(pending)
-            try:
-                result = await _inline(worker, step, fn, wrap(inputs))
-            finally:
-                PENDING_TASK_WRITE.reset(token)
+            returned = _RETURNED.get()
+            if returned is not None and pending.slot is not None \
+                    and getattr(worker.backend, "returns_when_sent", False):
+                got, running = await _when_sent(worker, step, fn, wrap(inputs), pending)
+                if running is not None:
+                    returned.extend((got, running))
+                    return cast(dict[str, Any], got)
+                result = got
+            else:
+                token = PENDING_TASK_WRITE.set(pending)
+                try:
+                    result = await _inline(worker, step, fn, wrap(inputs))
+                finally:
+                    PENDING_TASK_WRITE.reset(token)
             envelope: dict[str, Any]
             if pending.value:
                 envelope = pending.value[0]
@@ -184,7 +223,6 @@ class OutliveTask(Generic[P, T]):
                 done = worker.steps[step]
                 envelope = {_ENVELOPE: step, "key": done.input_key,
                             "attempt": worker.attempt.number, "result": result}
-            returned = _RETURNED.get()
             if returned is not None:
                 returned.append(envelope)
             return envelope
@@ -230,6 +268,8 @@ class OutliveTask(Generic[P, T]):
         envelope = await pending
         result: T
         if returned and envelope is returned[0]:
+            if len(returned) > 1:
+                await returned[1]   # the journal write was sent when the body returned: its end
             result = worker.result(step)   # this call's body ran (or restored) the step just now
             return result
         key = input_key(step, sources)

@@ -63,7 +63,7 @@ _STRAY: ContextVar[TaskWrite | None] = ContextVar("outlive_langgraph_pg_stray", 
 #: Set by a fenced ``aput_writes`` of regular channels: its statements may wait for the next
 #: fenced write of the same attempt and go out in that write's statement.
 _HOLD: ContextVar[bool] = ContextVar("outlive_langgraph_pg_hold", default=False)
-_ALSO: ContextVar[tuple[str, list[Any], list[bool]] | None] = ContextVar(
+_ALSO: ContextVar[tuple[str, list[Any], list[bool], Callable[[], Any] | None] | None] = ContextVar(
     "outlive_langgraph_pg_also", default=None)
 #: A node step's journal entry that waits for the superstep's checkpoint to carry it (set
 #: around the step's task by :meth:`LangGraphPostgresBackend.defer_node_entry`).
@@ -148,10 +148,12 @@ class _Ledger(PostgresLedger):
         if also is None or req.single is None or not req.single[0].endswith(_ANSWER):
             return await super()._write(req)
         sql, params = req.single
-        rows, wrote = also[1], also[2]
+        rows, wrote, on_send = also[1], also[2], also[3]
         values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
         merged = (sql[:-len(_ANSWER)] + ", langgraph AS (" + _INSERT_TASK_ROWS.format(values=values)
                   + ")" + _ANSWER, (*params, *(v for row in rows for v in row)))
+        if on_send is not None:
+            on_send()   # the task may return now: its caller awaits this write's end
         took = await super()._write(replace(req, single=merged))
         if took:
             wrote.append(True)
@@ -278,6 +280,11 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         self._held: dict[tuple[str, int, int], list[_Held]] = {}
         #: Node steps' journal entries waiting for this attempt's next fenced write to carry them.
         self.deferred: dict[tuple[str, int, int], _Deferred] = {}
+        #: Task id -> the end of a journal write carrying that task's row, sent but maybe not
+        #: committed yet (its task returned once it was sent).
+        self.in_flight: dict[str, asyncio.Future[None]] = {}
+        #: LangGraph ``put_writes`` that came while their task's journal write was in flight.
+        self.waited = 0
         #: How long a node's entry waits for a carrier before it is sent alone (a safety net:
         #: under ``sync`` the node's own ``put_writes`` follows at once).
         self.carry_seconds = 1.0
@@ -323,6 +330,10 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
                           task_id: str, task_path: str = "") -> None:
         if self.on_write and await self.journal_on_write(config, writes, task_id, task_path):
             return  # written with the step's journal entry, in its statement
+        landing = self.in_flight.get(task_id)
+        if landing is not None:
+            self.waited += 1
+            await asyncio.shield(landing)   # the row's journal write, sent: wait for its end
         done, stray = self.claim(config, writes, task_id, task_path)
         if done:
             return  # committed with the step's journal entry, in its transaction
@@ -605,6 +616,8 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
     capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
     store_options = tuple(_LEDGER_OPTIONS)
     merges_task_writes = True
+    #: An ``outlive_task``'s body returns once its journal write is sent (see ``_engine``).
+    returns_when_sent = True
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -646,20 +659,34 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
                                      writes: Sequence[tuple[str, Any]], *,
-                                     announce: bool = True) -> tuple[Outcome, bool]:
-        """The ledger's write and LangGraph's rows for the task in one transaction."""
+                                     announce: bool = True,
+                                     on_send: Callable[[], Any] | None = None
+                                     ) -> tuple[Outcome, bool]:
+        """The ledger's write and LangGraph's rows for the task in one transaction.
+
+        With ``on_send`` (the task returns once the write is sent), LangGraph's own
+        ``put_writes`` of the task may come before the commit: it waits for it (``in_flight``)
+        and is then answered as done, or written as usual if the rows did not land.
+        """
         if slot is None or self._saver is None:
             return await self.ledger.execute(work_id, command), False
         saver = self._saver
         sql, rows = saver.task_rows(slot, writes)
         wrote: list[bool] = []
-        token = _ALSO.set((sql, rows, wrote))
+        landed: asyncio.Future[None] | None = None
+        if on_send is not None:
+            landed = saver.in_flight[slot.task_id] = asyncio.get_running_loop().create_future()
+        token = _ALSO.set((sql, rows, wrote, on_send))
         try:
             out = await self.ledger.execute(work_id, command)
         finally:
             _ALSO.reset(token)
-        if wrote and announce:
-            saver.wrote(slot, writes)
+            if wrote and announce:
+                saver.wrote(slot, writes)
+            if landed is not None:
+                if saver.in_flight.get(slot.task_id) is landed:
+                    del saver.in_flight[slot.task_id]
+                landed.set_result(None)
         return out, bool(wrote)
 
     async def defer_node_entry(self, config: RunnableConfig,
