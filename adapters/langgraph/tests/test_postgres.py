@@ -560,6 +560,56 @@ async def test_a_paused_nodes_late_entry_in_the_checkpoint_statement_is_refused(
     assert steps is not None and steps[0] == 3
 
 
+class _Pair(TypedDict, total=False):
+    i: int
+    a: int
+    b: int
+
+
+async def test_parallel_nodes_in_one_superstep_each_journal_their_step(
+        pg_server: PostgresServer) -> None:
+    """Two outlive nodes in one superstep: one entry waits for the checkpoint statement, the
+    other commits before its node returns (one deferred entry per attempt at a time); both are
+    journaled, nothing waits for the safety net, and the second run restores both."""
+    db = f"q_{uuid.uuid4().hex[:8]}"
+    b = await outlive.open_backend(pg_server.create_database(db))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        saver.carry_seconds = 30.0   # a wait for the safety net would time the test out
+        calls: list[str] = []
+
+        async def left(state: _Pair) -> _Pair:
+            calls.append("a")
+            return {"a": state["i"] + 1}
+
+        async def right(state: _Pair) -> _Pair:
+            await asyncio.sleep(0.02)   # returns after the other node's put_writes was sent
+            calls.append("b")
+            return {"b": state["i"] + 2}
+
+        g = StateGraph(_Pair)
+        g.add_node("a", outlive_node(left, inputs=("i",), external=["i"]))
+        g.add_node("b", outlive_node(right, inputs=("i",), external=["i"]))
+        g.add_edge(START, "a")
+        g.add_edge(START, "b")
+        g.add_edge("a", END)
+        g.add_edge("b", END)
+        graph = g.compile(checkpointer=saver)
+        _ctl, w = await first_attempt(b)
+        out = await asyncio.wait_for(
+            run(graph, {"i": 1}, worker=w, config={"configurable": {"thread_id": "pair"}}), 10)
+        assert out == {"i": 1, "a": 2, "b": 3}
+        assert saver.carried >= 1 and not saver.deferred
+        st = await b.load("q3")
+        assert st is not None and sorted(e.step for e in st.journal) == ["a", "b"]
+        out = await asyncio.wait_for(
+            run(graph, {"i": 1}, worker=w, config={"configurable": {"thread_id": "pair2"}}), 10)
+        assert out == {"i": 1, "a": 2, "b": 3} and sorted(calls) == ["a", "b"]   # restored
+    finally:
+        await b.close()
+
+
 async def test_a_held_write_nobody_takes_is_sent_alone(pg_server: PostgresServer) -> None:
     """A fenced ``put_writes`` with no ``put`` after it is sent by itself once its hold ends."""
     db = f"a_{uuid.uuid4().hex[:8]}"
