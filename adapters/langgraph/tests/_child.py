@@ -17,6 +17,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a scrip
 from _q3 import V1, first_attempt
 
 
+def _url(db: str) -> str:
+    """A database file, or a backend URL as it is (``langgraph+postgres://...``)."""
+    return db if db.startswith("langgraph+") else f"langgraph+sqlite:///{db}"
+
+
 def say(*words: str) -> None:
     print(*words, flush=True)
 
@@ -25,7 +30,7 @@ async def first(db: str, arg: str) -> None:
     """Attempt #1. ``arg`` = ``kill-after:sN`` (SIGKILL itself the instant step N is reported
     done) or ``hold:sN`` (block inside step N's body until the parent kills the process)."""
     mode, at = arg.split(":")
-    b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
+    b = await outlive.open_backend(_url(db))
     _ctl, w = await first_attempt(b, clock=lambda: 1)
     for k, text in V1.items():
         async def body(text: str, k: str = k) -> dict[str, Any]:
@@ -47,7 +52,7 @@ async def program(db: str, at: str) -> None:
 
     from outlive_langgraph import LangGraphBackend, outlive_task, run
 
-    b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
+    b = await outlive.open_backend(_url(db))
     assert isinstance(b, LangGraphBackend)
     _ctl, w = await first_attempt(b, clock=lambda: 1)
 
@@ -71,7 +76,7 @@ async def program(db: str, at: str) -> None:
 
 async def second(db: str) -> None:
     """A new process: suspect #1, admit #2, finish from the records, report what it did."""
-    b = await outlive.open_backend(f"langgraph+sqlite:///{db}")
+    b = await outlive.open_backend(_url(db))
     ctl = Controller(b, clock=lambda: 5)
     st = await ctl.state("q3")
     await b.execute("q3", L.MarkUnknown(attempt=1, at=5))

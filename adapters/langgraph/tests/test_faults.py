@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,14 @@ import pytest
 import outlive
 from outlive import Controller, Worker
 from outlive_langgraph import step_thread_id
+from outlive_langgraph.pgserver import PostgresServer
 
 from ._q3 import V1, first_attempt
 
 CHILD = str(Path(__file__).with_name("_child.py"))
 
 
-def _second(db: Path) -> dict[str, Any]:
+def _second(db: Path | str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, CHILD, "second", str(db)], capture_output=True,
                          text=True, timeout=60, check=True)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -64,6 +66,21 @@ def test_kill_right_after_an_outlive_task_returns_in_an_entrypoint(tmp_path: Pat
     assert got["restored"] == ["s1", "s2"] and got["calls"] == ["s3", "s4"]
     assert lg_saved <= 2  # LangGraph's own record may or may not have landed yet
     print(f"LangGraph had saved {lg_saved} of the 2 reported task results")
+
+
+def test_kill_right_after_an_outlive_task_returns_in_an_entrypoint_on_postgres(
+        pg_server: PostgresServer) -> None:
+    """On ``langgraph+postgres`` the task hands LangGraph its envelope once the journal write is
+    sent, and the call returns only after the commit: a SIGKILL the instant it returns loses
+    nothing reported."""
+    url = pg_server.create_database(f"k_{uuid.uuid4().hex[:8]}")
+    proc = subprocess.run([sys.executable, CHILD, "program", url, "s2"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert [ln.split()[1] for ln in proc.stdout.splitlines()] == ["s1", "s2"]
+    got = _second(url)
+    assert got["journal_before"] == ["s1", "s2"], "outlive lost nothing that was reported done"
+    assert got["restored"] == ["s1", "s2"] and got["calls"] == ["s3", "s4"]
 
 
 def test_kill_mid_step_then_a_new_process_finishes(tmp_path: Path) -> None:
