@@ -7,6 +7,7 @@ port, stopped by its PID): see :mod:`outlive._pgserver`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -284,3 +285,44 @@ async def test_a_database_of_the_first_layout_is_refused_typed_and_left_unchange
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT to_regclass('outlive_log')").fetchone()
         assert row is not None and row[0] is None
+
+
+async def test_rows_added_to_the_ledgers_write_land_only_with_its_compare_and_set(
+        pg_server: PostgresServer) -> None:
+    """``pg_write_with``: a store built on ours (LangGraph's saver) adds its rows as CTEs of the
+    ledger's one-statement write; they land with a write that took and never with one whose
+    head had moved since (the same statement sent again later answers 0 and inserts nothing)."""
+    from outlive.sqlstore import pg_write_with
+
+    url = _db(pg_server, "also")
+    b = await outlive.open_backend(url)
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    try:
+        ledger = b.ledger  # type: ignore[attr-defined]
+        inner = ledger._write
+
+        async def write(req: Any) -> bool:
+            merged = pg_write_with(req.single, [("INSERT INTO side (n) SELECT %s FROM head",
+                                                 [len(sent)])])
+            if merged is None:
+                return bool(await inner(req))
+            sent.append(merged)
+            return bool(await inner(dataclasses.replace(req, single=merged)))
+
+        ledger._write = write
+        with psycopg.connect(pg_server.conninfo(url.rsplit('/', 1)[1]), autocommit=True) as conn:
+            conn.execute("CREATE TABLE side (n int)")
+            ctl = Controller(b, clock=lambda: 0)
+            await ctl.open_work("w")
+            await ctl.publish("w", "v1", {"s1": "x"})
+            await ctl.admit("w")
+            landed = [r[0] for r in conn.execute("SELECT n FROM side ORDER BY n").fetchall()]
+            assert sent and landed == list(range(len(sent)))
+            # the first write again: its head is long gone, so neither it nor its rows land
+            stale = conn.execute(*sent[0]).fetchone()
+            assert stale == (0,)
+            assert conn.execute("SELECT count(*) FROM side").fetchone() == (len(sent),)
+    finally:
+        await b.close()
+    assert pg_write_with(None, [("SELECT 1 FROM head", [])]) is None
+    assert pg_write_with(("UPDATE outlive_works SET seq = 1", ()), []) is None

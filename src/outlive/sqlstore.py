@@ -40,7 +40,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,6 +59,7 @@ __all__ = [
     "SQLITE",
     "Dialect",
     "Landed",
+    "PG_WRITE_ANSWER",
     "Read",
     "Request",
     "SqlLedgerStore",
@@ -69,6 +70,7 @@ __all__ = [
     "advance",
     "check_layout",
     "command_flow",
+    "pg_write_with",
     "sqlite_error",
     "sqlite_path",
 ]
@@ -137,6 +139,8 @@ _UPDATE_HEAD = ("UPDATE outlive_works SET seq = ?, epoch = ?, write_id = ?, stat
 _APPEND_ROW = "INSERT INTO outlive_log (rid, kind, idx, wseq, body) VALUES (?,?,?,?,?)"
 _APPEND_ROW_NEW = ("INSERT INTO outlive_log (rid, kind, idx, wseq, body) VALUES "
                    f"((SELECT wnum FROM outlive_works WHERE work_id = ?) * {SPAN} + ?,?,?,?,?)")
+#: How PostgreSQL's one-statement write ends: its answer, 1 if the head's compare-and-set took.
+PG_WRITE_ANSWER = " SELECT count(*) FROM head"
 #: PostgreSQL: the head's compare-and-set and the changed rows in one statement. The rows are a
 #: ``VALUES`` list of plain parameters (one statement text per row count, prepared by psycopg
 #: once it repeats): passing them as text arrays made psycopg quote every body's JSON in Python
@@ -144,8 +148,7 @@ _APPEND_ROW_NEW = ("INSERT INTO outlive_log (rid, kind, idx, wseq, body) VALUES 
 _PG_WRITE = ("WITH head AS ({head} RETURNING wnum), "
              "changed AS (INSERT INTO outlive_log (rid, kind, idx, wseq, body) "
              f"SELECT head.wnum * {SPAN} + v.n, v.kind, v.idx, %s, v.body FROM head, "
-             "(VALUES {values}) AS v(n, kind, idx, body)) "
-             "SELECT count(*) FROM head")
+             "(VALUES {values}) AS v(n, kind, idx, body))" + PG_WRITE_ANSWER)
 _PG_VALUE = "(%s::bigint, %s::text, %s::integer, %s::text)"
 _LANDED = "SELECT seq, write_id FROM outlive_works WHERE work_id = ?"
 _WORKS = "SELECT work_id FROM outlive_works ORDER BY work_id"
@@ -161,6 +164,24 @@ def check_layout(tables: set[str] | list[str], where: str) -> None:
             f"{_OLD_TABLE}); this version reads layout 2 only and has not changed it. Finish or "
             "export its works with the version that wrote it, or start a new database",
             url=where)
+
+
+def pg_write_with(single: tuple[str, tuple[Any, ...]] | None,
+                  ctes: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, tuple[Any, ...]] | None:
+    """PostgreSQL's one-statement ledger write ``single`` (a :class:`Write`'s) with more
+    data-modifying CTEs, each ``(sql, params)`` selecting ``FROM head`` so that it takes effect
+    only if the head's compare-and-set took; still one statement, one round trip, atomic.
+
+    None when ``single`` is not that statement (the head alone, or no one-statement write):
+    the caller then writes its rows another way. This is the supported way for a store built on
+    ours (LangGraph's saver) to put its own rows in the ledger's write.
+    """
+    if single is None or not single[0].endswith(PG_WRITE_ANSWER):
+        return None
+    sql, params = single
+    parts = "".join(f", also{i} AS ({cte})" for i, (cte, _) in enumerate(ctes))
+    extra = tuple(v for _, args in ctes for v in args)
+    return sql[:-len(PG_WRITE_ANSWER)] + parts + PG_WRITE_ANSWER, (*params, *extra)
 
 
 def _pg_write(head: str, n: int) -> str:

@@ -46,7 +46,7 @@ from outlive._postgres import PostgresLedger, while_busy
 from outlive.errors import BackendUnavailable, OutliveError
 from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
-from outlive.sqlstore import Read, Write, load_flow
+from outlive.sqlstore import Read, Write, load_flow, pg_write_with
 
 from ._backend import _CoreLedgerBackend
 from ._checkpoint import TaskWrites, may_write
@@ -69,8 +69,6 @@ _ALSO: ContextVar[tuple[str, list[Any], list[bool], Callable[[], Any] | None] | 
 #: around the step's task by :meth:`LangGraphPostgresBackend.defer_node_entry`).
 _DEFER: ContextVar[_Deferred | None] = ContextVar("outlive_langgraph_pg_defer", default=None)
 _LOCK_HEAD = "SELECT seq FROM outlive_works WHERE work_id = %s FOR SHARE"
-#: How the core's one-statement ledger write ends (its answer: 1 if the compare-and-set took).
-_ANSWER = " SELECT count(*) FROM head"
 #: LangGraph's insert of a task's rows (``AsyncPostgresSaver``'s columns, ``DO NOTHING`` as
 #: its own insert of a regular channel), only for a ledger write that took.
 _INSERT_TASK_ROWS = (
@@ -142,16 +140,17 @@ class _Ledger(PostgresLedger):
     async def _write(self, req: Write) -> bool:
         deferred = _DEFER.get()
         if deferred is not None and deferred.body_done and not deferred.written \
-                and req.single is not None and req.single[0].endswith(_ANSWER):
+                and req.single is not None and pg_write_with(req.single, ()) is not None:
             return await self._carried_write(req, req.single, deferred)
         also = _ALSO.get()
-        if also is None or req.single is None or not req.single[0].endswith(_ANSWER):
+        if also is None:
             return await super()._write(req)
-        sql, params = req.single
         rows, wrote, on_send = also[1], also[2], also[3]
         values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
-        merged = (sql[:-len(_ANSWER)] + ", langgraph AS (" + _INSERT_TASK_ROWS.format(values=values)
-                  + ")" + _ANSWER, (*params, *(v for row in rows for v in row)))
+        merged = pg_write_with(req.single, [(_INSERT_TASK_ROWS.format(values=values),
+                                             [v for row in rows for v in row])])
+        if merged is None:
+            return await super()._write(req)
         if on_send is not None:
             on_send()   # the task may return now: its caller awaits this write's end
         took = await super()._write(replace(req, single=merged))
@@ -430,18 +429,15 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         (they land only if its compare-and-set took), or None when one cannot be made so."""
         if not self.one_statement:
             return None
-        sql, params = single
-        parts: list[str] = []
-        extra: list[Any] = []
-        for i, (query, args) in enumerate(calls):
+        ctes: list[tuple[str, Sequence[Any]]] = []
+        for query, args in calls:
             shape = self._conditional(query, "head")
             if shape is None:
                 return None
-            parts.append(f", langgraph{i} AS ({shape})")
-            extra.extend(args)
-        if len(params) + len(extra) > _MAX_PARAMS:
+            ctes.append((shape, args))
+        if len(single[1]) + sum(len(args) for _, args in ctes) > _MAX_PARAMS:
             return None
-        return sql[:-len(_ANSWER)] + "".join(parts) + _ANSWER, (*params, *extra)
+        return pg_write_with(single, ctes)
 
     async def _hold(self, owner: tuple[str, int, int],
                     calls: list[tuple[str, Sequence[Any]]]) -> bool:
