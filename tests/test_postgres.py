@@ -292,7 +292,7 @@ async def test_rows_added_to_the_ledgers_write_land_only_with_its_compare_and_se
     """``pg_write_with``: a store built on ours (LangGraph's saver) adds its rows as CTEs of the
     ledger's one-statement write; they land with a write that took and never with one whose
     head had moved since (the same statement sent again later answers 0 and inserts nothing)."""
-    from outlive.sqlstore import pg_write_with
+    from outlive.sqlstore import pg_write_carries, pg_write_with
 
     url = _db(pg_server, "also")
     b = await outlive.open_backend(url)
@@ -325,4 +325,5 @@ async def test_rows_added_to_the_ledgers_write_land_only_with_its_compare_and_se
     finally:
         await b.close()
     assert pg_write_with(None, [("SELECT 1 FROM head", [])]) is None
+    assert all(pg_write_carries(s) for s in sent) and not pg_write_carries(None)
     assert pg_write_with(("UPDATE outlive_works SET seq = 1", ()), []) is None

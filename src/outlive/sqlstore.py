@@ -59,7 +59,6 @@ __all__ = [
     "SQLITE",
     "Dialect",
     "Landed",
-    "PG_WRITE_ANSWER",
     "Read",
     "Request",
     "SqlLedgerStore",
@@ -70,6 +69,7 @@ __all__ = [
     "advance",
     "check_layout",
     "command_flow",
+    "pg_write_carries",
     "pg_write_with",
     "sqlite_error",
     "sqlite_path",
@@ -140,7 +140,7 @@ _APPEND_ROW = "INSERT INTO outlive_log (rid, kind, idx, wseq, body) VALUES (?,?,
 _APPEND_ROW_NEW = ("INSERT INTO outlive_log (rid, kind, idx, wseq, body) VALUES "
                    f"((SELECT wnum FROM outlive_works WHERE work_id = ?) * {SPAN} + ?,?,?,?,?)")
 #: How PostgreSQL's one-statement write ends: its answer, 1 if the head's compare-and-set took.
-PG_WRITE_ANSWER = " SELECT count(*) FROM head"
+_PG_ANSWER = " SELECT count(*) FROM head"
 #: PostgreSQL: the head's compare-and-set and the changed rows in one statement. The rows are a
 #: ``VALUES`` list of plain parameters (one statement text per row count, prepared by psycopg
 #: once it repeats): passing them as text arrays made psycopg quote every body's JSON in Python
@@ -148,7 +148,7 @@ PG_WRITE_ANSWER = " SELECT count(*) FROM head"
 _PG_WRITE = ("WITH head AS ({head} RETURNING wnum), "
              "changed AS (INSERT INTO outlive_log (rid, kind, idx, wseq, body) "
              f"SELECT head.wnum * {SPAN} + v.n, v.kind, v.idx, %s, v.body FROM head, "
-             "(VALUES {values}) AS v(n, kind, idx, body))" + PG_WRITE_ANSWER)
+             "(VALUES {values}) AS v(n, kind, idx, body))" + _PG_ANSWER)
 _PG_VALUE = "(%s::bigint, %s::text, %s::integer, %s::text)"
 _LANDED = "SELECT seq, write_id FROM outlive_works WHERE work_id = ?"
 _WORKS = "SELECT work_id FROM outlive_works ORDER BY work_id"
@@ -166,6 +166,12 @@ def check_layout(tables: set[str] | list[str], where: str) -> None:
             url=where)
 
 
+def pg_write_carries(single: tuple[str, tuple[Any, ...]] | None) -> bool:
+    """Whether ``single`` is PostgreSQL's one-statement ledger write, which
+    :func:`pg_write_with` can add rows to."""
+    return single is not None and single[0].endswith(_PG_ANSWER)
+
+
 def pg_write_with(single: tuple[str, tuple[Any, ...]] | None,
                   ctes: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, tuple[Any, ...]] | None:
     """PostgreSQL's one-statement ledger write ``single`` (a :class:`Write`'s) with more
@@ -176,12 +182,12 @@ def pg_write_with(single: tuple[str, tuple[Any, ...]] | None,
     the caller then writes its rows another way. This is the supported way for a store built on
     ours (LangGraph's saver) to put its own rows in the ledger's write.
     """
-    if single is None or not single[0].endswith(PG_WRITE_ANSWER):
+    if single is None or not pg_write_carries(single):
         return None
     sql, params = single
     parts = "".join(f", also{i} AS ({cte})" for i, (cte, _) in enumerate(ctes))
     extra = tuple(v for _, args in ctes for v in args)
-    return sql[:-len(PG_WRITE_ANSWER)] + parts + PG_WRITE_ANSWER, (*params, *extra)
+    return sql[:-len(_PG_ANSWER)] + parts + _PG_ANSWER, (*params, *extra)
 
 
 def _pg_write(head: str, n: int) -> str:

@@ -116,6 +116,17 @@ class PendingTaskWrite:
     sent: asyncio.Future[Any] | None = None
 
 
+async def first_of(signal: asyncio.Future[Any], step: asyncio.Task[Any]) -> None:
+    """Wait until ``signal`` is set or ``step`` (a step run in a task of its own) ends, whichever
+    comes first: a step may hand LangGraph its result once its journal write is on its way.
+    Cancelled meanwhile, the step is cancelled too: nobody would await it."""
+    try:
+        await asyncio.wait((signal, step), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        step.cancel()
+        raise
+
+
 #: The running outlive task's pending write (None outside a task body, and inside its step's body).
 PENDING_TASK_WRITE: ContextVar[PendingTaskWrite | None] = ContextVar(
     "outlive_langgraph_pending_task_write", default=None)

@@ -42,7 +42,14 @@ from outlive.hashing import content_hash, input_key
 from outlive.records import AttemptState
 from outlive.worker import Persist
 
-from ._context import INSIDE_TASK, PENDING_TASK_WRITE, Durability, PendingTaskWrite, running_task_write
+from ._context import (
+    INSIDE_TASK,
+    PENDING_TASK_WRITE,
+    Durability,
+    PendingTaskWrite,
+    first_of,
+    running_task_write,
+)
 
 __all__ = [
     "OutliveTask",
@@ -167,11 +174,7 @@ async def _when_sent(worker: Worker, step: str, fn: Callable[..., Any], inputs: 
         running = loop.create_task(_inline(worker, step, fn, inputs))
     finally:
         PENDING_TASK_WRITE.reset(token)
-    try:
-        await asyncio.wait((pending.sent, running), return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        running.cancel()
-        raise
+    await first_of(pending.sent, running)
     if running.done():
         return running.result(), None
     # Retrieved if nobody awaits the call (the entrypoint's checkpoint still waits for it).

@@ -46,11 +46,11 @@ from outlive._postgres import PostgresLedger, while_busy
 from outlive.errors import BackendUnavailable, OutliveError
 from outlive.ledger import Command, Outcome
 from outlive.records import WorkState
-from outlive.sqlstore import Read, Write, load_flow, pg_write_with
+from outlive.sqlstore import Read, Write, load_flow, pg_write_carries, pg_write_with
 
 from ._backend import _CoreLedgerBackend
 from ._checkpoint import TaskWrites, may_write
-from ._context import TaskWrite, owner_of
+from ._context import TaskWrite, first_of, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
 
@@ -140,7 +140,7 @@ class _Ledger(PostgresLedger):
     async def _write(self, req: Write) -> bool:
         deferred = _DEFER.get()
         if deferred is not None and deferred.body_done and not deferred.written \
-                and req.single is not None and pg_write_with(req.single, ()) is not None:
+                and req.single is not None and pg_write_carries(req.single):
             return await self._carried_write(req, req.single, deferred)
         also = _ALSO.get()
         if also is None:
@@ -157,7 +157,6 @@ class _Ledger(PostgresLedger):
         if took:
             wrote.append(True)
         return took
-
 
     async def _carried_write(self, req: Write, single: tuple[str, tuple[Any, ...]],
                              deferred: _Deferred) -> bool:
@@ -725,11 +724,7 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
                 task.exception()   # retrieved: a carrier (or the node) raises it
 
         step.add_done_callback(ended)
-        try:
-            await asyncio.wait((deferred.ready, step), return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            step.cancel()
-            raise
+        await first_of(deferred.ready, step)
         if step.done():   # restored, refused, failed, or written without a carrier
             return step.result()
         return deferred.result
