@@ -49,10 +49,12 @@ async def _raw(ctx: restate.Context, i: int) -> bytes:
 
 async def _alternate(ctx: restate.Context, n: int, chunk: int,
                      other: Callable[[int], Awaitable[Any]],
-                     settle: Callable[[], Awaitable[Any]] | None = None) -> dict[str, float]:
+                     settle: Callable[[], Awaitable[Any]] | None = None,
+                     settle_last: bool = False) -> dict[str, float]:
     """``n`` raw steps and ``n`` other steps, in alternating chunks; the ms spent in each.
 
-    ``settle`` ends each chunk of other steps (charged to them): work they left running.
+    ``settle`` ends each chunk of other steps (charged to them): work they left running
+    (``settle_last``: only the last chunk).
     """
     spent = {"raw": 0.0, "other": 0.0}
     for start in range(0, n, chunk):
@@ -63,7 +65,7 @@ async def _alternate(ctx: restate.Context, n: int, chunk: int,
         t1 = time.perf_counter()
         for i in idx:
             await other(i)
-        if settle is not None:
+        if settle is not None and (not settle_last or start + chunk >= n):
             await settle()
         spent["raw"] += (t1 - t0) * 1000
         spent["other"] += (time.perf_counter() - t1) * 1000
@@ -91,14 +93,26 @@ async def floor(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
 
 @bench.handler()
 async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
-    async with outlive_restate.attempt(ctx, write=arg.get("write", "send")) as w:
+    write = arg.get("write", "send")
+    # "held": the default a dispatched attempt gets (the renewal header is set by the caller):
+    # step writes held back and written together
+    async with outlive_restate.attempt(ctx, write=write) as w:
         async def step(i: int) -> None:
             await w.step(f"s{i}", _body, i=External(i))
 
-        # sent writes are applied by the ledger after the handler moved on: a call to the same
-        # ledger key queues behind them, so the chunk pays for them (else the raw chunk would)
-        settle = w.heartbeat if arg.get("write", "send") == "send" else None
-        return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step, settle)
+        settle: Callable[[], Awaitable[Any]] | None = None
+        if write == "send":
+            # sent writes are applied by the ledger after the handler moved on: a call to the
+            # same ledger key queues behind them, so the chunk pays for them (else the raw
+            # chunk would)
+            settle = w.heartbeat
+        elif write == "held":
+            backend = w.backend
+            assert isinstance(backend, outlive_restate.HandlerBackend) and backend.hold > 0
+            # what is still held after the last step is written inside the timed chunks too
+            settle = backend.write_held
+        return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step, settle,
+                                settle_last=write == "held")
 
 
 @bench_desk.handler()

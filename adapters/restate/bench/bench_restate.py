@@ -27,6 +27,7 @@ import outlive
 from outlive import Controller
 from outlive.records import AttemptState
 from outlive_restate import RestateBackend, attempt_headers
+from outlive_restate._engine import _HOLD_MAX
 from outlive_restate.server import RestateServer
 
 HERE = Path(__file__).parent
@@ -52,7 +53,8 @@ async def _call(http: httpx.AsyncClient, url: str, body: Any,
 
 async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict[str, Any]:
     """Each run: one invocation per shape, raw and shaped steps alternating inside it."""
-    shapes = ("owner shape", "floor (raw + call)", "outlive (send)", "outlive (call)")
+    shapes = ("owner shape", "handler shape (held)", "floor (raw + call)", "outlive (send)",
+              "outlive (call)")
     got: dict[str, list[dict[str, float]]] = {name: [] for name in shapes}
     async with await outlive.open_backend(server.url) as backend, \
             await outlive.open_backend(server.url + "&ledger=bench_desk") as desk, \
@@ -60,6 +62,7 @@ async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict
         assert isinstance(backend, RestateBackend) and isinstance(desk, RestateBackend)
         base = server.ingress
         arg = {"n": n, "chunk": chunk}
+        held_n = max(n, 4 * _HOLD_MAX)
         await _call(http, f"{base}/bench/floor", {"n": 5, "chunk": 5, "key": "warm-up"})
         for _ in range(runs):
             work = f"bench/{uuid.uuid4().hex[:8]}"
@@ -67,6 +70,14 @@ async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict
             got["owner shape"].append(await _call(
                 http, f"{base}/bench_desk/{work.replace('/', '%2F')}/owned", arg,
                 attempt_headers(work, att, "bench_desk")))
+            # the handler shape as a dispatched attempt runs it: renewed (a 60 s lease's
+            # third), its step writes held back; more steps, so that several writes of the
+            # held ones (one per _HOLD_MAX steps) fall inside the timed chunks
+            work = f"bench/{uuid.uuid4().hex[:8]}"
+            att = await _admitted(backend, work)
+            got["handler shape (held)"].append(await _call(
+                http, f"{base}/bench/outlive", {**arg, "n": held_n, "write": "held"},
+                attempt_headers(work, att, renew_ms=20_000)))
             got["floor (raw + call)"].append(await _call(
                 http, f"{base}/bench/floor", {**arg, "key": uuid.uuid4().hex}))
             for write in ("send", "call"):
@@ -77,10 +88,11 @@ async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict
                     attempt_headers(work, att)))
     out: dict[str, Any] = {"steps": n, "chunk": chunk, "runs": runs, "shapes": {}}
     for name, values in got.items():
+        steps = held_n if name == "handler shape (held)" else n
         per_run = [v["other"] / v["raw"] for v in values]
         out["shapes"][name] = {
-            "ms_per_step": statistics.median(v["other"] for v in values) / n,
-            "raw_ms_per_step": statistics.median(v["raw"] for v in values) / n,
+            "ms_per_step": statistics.median(v["other"] for v in values) / steps,
+            "raw_ms_per_step": statistics.median(v["raw"] for v in values) / steps,
             "ratio_median": statistics.median(per_run),
             "ratio_min": min(per_run), "ratio_max": max(per_run), "per_run": per_run}
     return out

@@ -17,7 +17,7 @@ from typing import Any
 import restate
 
 import outlive_restate
-from outlive import Worker
+from outlive import External, Worker
 
 _EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "restate_owner")
 if _EXAMPLE not in sys.path:
@@ -59,8 +59,23 @@ async def _work(w: Worker, arg: dict[str, Any]) -> dict[str, Any]:
 async def summarise(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
     """The user's own handler: the attempt's worker comes from ctx."""
     async with outlive_restate.attempt(ctx, snapshot=arg["sections"],
-                                       write=arg.get("write", "call")) as w:
+                                       write=arg.get("write")) as w:
         return await _work(w, arg)
+
+
+async def _echo(i: int) -> int:
+    return i
+
+
+@reports.handler()
+async def many(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    """Quick steps, as many as asked (external inputs): what held step writes are for."""
+    async with outlive_restate.attempt(ctx, write=arg.get("write")) as w:
+        for i in range(int(arg["n"])):
+            if i == arg.get("give_up_at"):
+                raise restate.TerminalError("the handler gives up")   # the user's own
+            await w.step(f"q{i}", _echo, i=External(i))
+        return {"steps": len(w.steps)}
 
 
 @desk.handler()

@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from outlive import Contract, Controller
 from outlive import ledger as L
 from outlive._launch import free_port, port_open, stop_process, wait_until
 from outlive.errors import StaleOwner
-from outlive.records import AttemptState
+from outlive.records import AttemptState, WorkState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
 from outlive_restate import RestateBackend, RestateDispatcher
 from outlive_restate._errors import from_message
@@ -154,6 +155,120 @@ async def test_late_write_of_paused_handler_is_refused(server: RestateServer,
     assert st is not None
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1)]
     assert st.stale_writes_applied == 0 and not st.candidates
+
+
+async def test_held_step_writes_reach_the_ledger_together_in_order(
+        backend: RestateBackend, tmp_path: Path) -> None:
+    """A dispatched attempt (its lease renewed) holds its step writes back and writes them
+    together: 300 quick steps are two ledger writes (256, then the rest before the finish)
+    instead of 300, and the journal is the one per-step writes give, entry for entry."""
+    journals, writes = [], []
+    for write in (None, "call"):
+        work = f"held/{uuid.uuid4().hex[:8]}"
+        extra: dict[str, Any] = {"n": 300} if write is None else {"n": 300, "write": write}
+        await opened(backend, work)
+        await backend.start_work(work, service="reports", handler="many", arg=extra,
+                                 lease=timedelta(seconds=60))
+        st = await until("the attempt to finish", partial(finished, backend, work), timeout=90)
+        (att,) = st.attempts
+        journals.append([(e.step, e.input_key, e.result, e.attempt) for e in st.journal])
+        writes.append(att.signs - att.heartbeats)   # the claim, then each write of steps
+    assert journals[0] == journals[1] and len(journals[0]) == 300
+    assert [r for *_, r in journals[0]] == [1] * 300
+    assert [int(step[1:]) for step, *_ in journals[0]] == list(range(300))
+    assert writes == [1 + 2, 1 + 300]
+
+
+async def test_a_held_step_write_reaches_the_ledger_by_the_next_renewal(
+        backend: RestateBackend, tmp_path: Path) -> None:
+    """While s2 runs, s1's write is held; the renewal timer (a third of the lease) writes it
+    before its heartbeat, so a live attempt's steps are in the ledger within one period."""
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    log, hold = held(tmp_path)
+    try:
+        await open_and_start(backend, work, log, lease=timedelta(seconds=3))
+        await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
+
+        async def s1_written() -> WorkState | None:
+            st = await backend.load(work)
+            return st if st is not None and st.journal else None
+
+        st = await until("s1 to reach the ledger", s1_written, timeout=30)
+        assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1)]
+        assert "1:s2:returned" not in calls(log)      # s2 still runs: it was the renewal
+        assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
+    finally:
+        hold.unlink()
+    st = await until("#1 to finish", lambda: finished(backend, work))
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert [d["attempt"] for d in (await backend.lease(work))["history"]] == [1]
+
+
+async def test_held_writes_of_a_handler_replaced_by_hand_are_refused_together(
+        server: RestateServer, backend: RestateBackend, tmp_path: Path) -> None:
+    """Held writes meet the same fence: #1 holds s1 (a long lease, no renewal yet) while an
+    operator replaces it; #1 wakes, and the write that carries s1 and s2 gets StaleOwner.
+    Nothing of #1 lands, and the ledger had none of its steps while it ran."""
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    log, hold = held(tmp_path)
+    ctl = await open_and_start(backend, work, log, lease=timedelta(minutes=10))
+    await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
+    st = await backend.load(work)
+    assert st is not None and st.journal == ()        # s1's write is held in #1's invocation
+    await backend.execute(work, L.MarkUnknown(attempt=1, at=1))
+    assert (await ctl.admit(work)).token == 2
+    invocation = (await backend.lease(work))["history"][0]["invocation"]
+    hold.unlink()
+    await until("#1's invocation to end", lambda: _ended(server, invocation))
+    assert "1:s2:returned" in calls(log)
+    out = await _output(server, invocation)
+    assert isinstance(from_message(json.loads(out)["message"]), StaleOwner), out
+    st = await backend.load(work)
+    assert st is not None
+    assert st.journal == () and st.stale_writes_applied == 0 and not st.candidates
+
+
+async def test_a_handler_that_gives_up_still_writes_its_held_steps(
+        backend: RestateBackend, tmp_path: Path) -> None:
+    """The user's own TerminalError ends the invocation for good: the steps it held are
+    written on the way out (a successor restores them), the error still ends it."""
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    await opened(backend, work)
+    await backend.start_work(work, service="reports", handler="many",
+                             arg={"n": 5, "give_up_at": 3}, lease=timedelta(minutes=10))
+
+    async def written() -> WorkState | None:
+        st = await backend.load(work)
+        return st if st is not None and st.journal else None
+
+    st = await until("the held steps to reach the ledger", written)
+    assert [(e.step, e.attempt) for e in st.journal] == [("q0", 1), ("q1", 1), ("q2", 1)]
+    assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
+
+
+async def test_a_killed_deployment_rebuilds_its_held_writes(
+        backend: RestateBackend, apart: _Apart, tmp_path: Path) -> None:
+    """SIGKILL the deployment while s1's write is held (not yet in the ledger) and s2 runs:
+    Restate retries the invocation, the replay restores s1 from Restate's journal (the model
+    is not asked again) and holds its write again, and the attempt finishes with both."""
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    log, hold = held(tmp_path)
+    try:
+        await open_and_start(backend, work, log, service="reports_apart",
+                             lease=timedelta(minutes=10))
+        await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
+        st = await backend.load(work)
+        assert st is not None and st.journal == ()
+        apart.signal(signal.SIGKILL)
+        await asyncio.to_thread(apart.stop)
+        await asyncio.to_thread(apart.start)
+        await until("s2 to run again after the replay", lambda: _count(log, "1:s2", 2))
+    finally:
+        hold.unlink()
+    st = await until("#1 to finish", lambda: finished(backend, work), timeout=90)
+    assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.FINISHED)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert calls(log).count("1:s1") == 1
 
 
 async def _has(log: Path, line: str) -> bool:

@@ -39,6 +39,7 @@ the steps held back; no state key of its own).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import time
@@ -93,9 +94,15 @@ HEADER_RENEW = "x-outlive-renew"
 #: to the ledger object, delivered in order before the attempt's next call to it; what needs the
 #: ledger's state to refuse — a stale token, a version mismatch — surfaces at the attempt's next
 #: awaited write, which the same fence refuses).
-Write = Literal["send", "call"]
+#: "held" (the default while the lease is renewed): steps' writes are held back in the
+#: invocation and written together, see :meth:`HandlerBackend._hold`.
+Write = Literal["send", "call", "held"]
 
 _B = BytesSerde()
+#: At most this many step writes are held back (and the results of at most one payload limit):
+#: one write of them stays a modest command and batch, and costs the ledger's call once per
+#: this many quick steps.
+_HOLD_MAX = 256
 #: A step's run: its body runs once (a retry is a new attempt's business), its value is bytes.
 _ONCE: restate.RunOptions[bytes] = restate.RunOptions(max_attempts=1, serde=_B)
 
@@ -116,13 +123,23 @@ class HandlerBackend(Backend):
     capabilities = frozenset({"atomic-commands", "durable", "engine-steps"})
 
     def __init__(self, ctx: restate.Context, *, ledger: str = LEDGER, write: Write = "call",
-                 stamp: bool = True) -> None:
+                 stamp: bool = True, hold: int = 0) -> None:
         super().__init__(f"restate+handler://{ledger}")
-        if write not in ("send", "call"):
-            raise InvalidRecord(f"write is 'send' or 'call', not {write!r}")
+        if write not in ("send", "call", "held"):
+            raise InvalidRecord(f"write is 'send', 'call' or 'held', not {write!r}")
+        if write == "held" and hold <= 0:
+            raise InvalidRecord("write='held' needs hold=: how long a step's write may wait "
+                                "(ms of journaled time; the lease's renewal period)")
         self.ctx = ctx
         self.ledger = ledger
         self.write = write
+        #: With write="held": hold step writes back for up to this many ms of journaled time,
+        #: see :meth:`_hold`.
+        self.hold = hold if write == "held" else 0
+        self._held: list[L.RecordSteps] = []
+        self._held_work = ""
+        self._held_since = 0
+        self._held_bytes = 0
         #: Time each command through the journal (False: keep the ``at`` the caller gave, as a
         #: logical clock does; it travels inside the journaled call).
         self.stamp = stamp
@@ -162,6 +179,7 @@ class HandlerBackend(Backend):
         return raw
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        await self.write_held()   # held step writes go first: every other command follows them
         command = await self._stamp(command)
         out = _errors.loads(await self._call(EXECUTE, work_id, _errors.dumps(command)))
         if not isinstance(out, L.Outcome):
@@ -172,6 +190,7 @@ class HandlerBackend(Backend):
         if self._first_load is not None and self._first_load.work_id == work_id:
             st, self._first_load = self._first_load, None   # the worker's start reuses it
             return st
+        await self.write_held()
         raw = await self._call(LOAD, work_id, b"")
         if not raw:
             return None
@@ -228,6 +247,10 @@ class HandlerBackend(Backend):
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
         result = await self.run_step(call, fn)
         cmd = record(result)
+        if self.write == "held" and isinstance(cmd, L.RecordSteps) and \
+                self._held_work in ("", call.work_id):
+            return result, await self._hold(call.work_id, cmd)
+        await self.write_held()
         body = _errors.dumps(cmd)
         if self.write == "call":
             out = _errors.loads(await self._call(EXECUTE, call.work_id, body))
@@ -240,6 +263,44 @@ class HandlerBackend(Backend):
         L.check_size(result, f"result of step {call.step!r}")
         self.ctx.generic_send(self.ledger, EXECUTE, body, key=call.work_id)
         return result, L.Outcome(kind="sent")
+
+    async def _hold(self, work_id: str, cmd: L.RecordSteps) -> L.Outcome:
+        """Keep a step's write for the next write to the ledger (``hold``).
+
+        The step's value is already in this invocation's Restate journal (its ``ctx.run_typed``
+        entry), so a retried or replayed invocation holds the same writes and writes them at the
+        same points: when the oldest held one is ``hold`` ms old (journaled time) at the next
+        step, before any other command of this invocation (a renewal's heartbeat, a candidate,
+        an effect, the finish) and before a read. The renewal timer fires at least once per
+        ``hold`` while a step runs, so a live attempt's steps reach the ledger within about one
+        renewal period, as its heartbeats do. What the ledger refuses from the command alone
+        (a result that cannot be hashed, one too large) is refused here, at the step; what
+        needs the ledger's state (a stale token) refuses the write that carries it.
+        """
+        size = sum(L.check_size(e.result, f"result of step {e.step!r}") for e in cmd.entries)
+        if not self._held:
+            self._held_work, self._held_since, self._held_bytes = work_id, cmd.at, 0
+        self._held.append(cmd)
+        self._held_bytes += size
+        if cmd.at - self._held_since >= self.hold or len(self._held) >= _HOLD_MAX or \
+                self._held_bytes >= L.MAX_PAYLOAD_BYTES:
+            await self.write_held()
+        return L.Outcome(kind="held")
+
+    async def write_held(self) -> L.Outcome | None:
+        """Write the held step writes now, as one ``RecordSteps`` (one durable call)."""
+        if not self._held:
+            return None
+        held, work = self._held, self._held_work
+        self._held, self._held_work = [], ""
+        first, last = held[0], held[-1]
+        cmd = L.RecordSteps(attempt=first.attempt, token=first.token, at=last.at,
+                            entries=tuple(e for c in held for e in c.entries),
+                            secret=first.secret)
+        out = _errors.loads(await self._call(EXECUTE, work, _errors.dumps(cmd)))
+        if not isinstance(out, L.Outcome):
+            raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
+        return out
 
 
 class OwnedBackend(HandlerBackend):
@@ -466,7 +527,8 @@ Snapshot = Mapping[str, Any] | Callable[[str | None], Mapping[str, Any]] | None
 
 
 async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = None,
-                 persist: Persist = "step", write: Write = "call", work_id: str | None = None,
+                 persist: Persist = "step", write: Write | None = None,
+                 work_id: str | None = None,
                  number: int | None = None, token: int | None = None,
                  ledger: str | None = None, renew_ms: int | None = None,
                  defer: int | None = 0) -> Worker:
@@ -479,9 +541,11 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
     attempt was replaced before it started (a late or repeated dispatch) and fencing is on.
     ``renew_ms`` (default: the ``x-outlive-renew`` header the dispatcher sets to a third of the
     lease) renews the lease that often while a step runs; without it the attempt's writes are
-    its only signs of life. ``defer`` (ms, owner shape only; None: the renewal period, else a
-    second) holds step writes back as :class:`OwnedBackend` says: only for a caller that
-    flushes on every way out, as :func:`attempt` does.
+    its only signs of life. ``write`` (handler shape): "held" by default while the lease is
+    renewed (:meth:`HandlerBackend._hold`), else "call". ``defer`` (ms; None: the renewal
+    period) is how long a held write may wait; in the owner shape (else a second without
+    renewals) it holds writes as :class:`OwnedBackend` says: only for a caller that flushes on
+    every way out, as :func:`attempt` does.
     """
     ctx = ctx if ctx is not None else current_context()
     if ctx is None:
@@ -503,7 +567,14 @@ async def worker(ctx: restate.Context | None = None, *, snapshot: Snapshot = Non
         backend = OwnedBackend(ctx, ledger=home,
                                defer=(every or 1000) if defer is None else defer)
     else:
-        backend = HandlerBackend(ctx, ledger=home, write=write)
+        # held step writes need the renewal timer: it bounds how long one waits, and without
+        # renewals the attempt's writes are its only signs of life
+        if write == "held" and every <= 0:
+            raise InvalidRecord("write='held' needs the lease renewed (renew_ms, or the "
+                                "dispatcher's x-outlive-renew header)")
+        how: Write = write or ("held" if every > 0 else "call")
+        backend = HandlerBackend(ctx, ledger=home, write=how,
+                                 hold=(defer or every) if how == "held" else 0)
     await backend.tick()
     state = await backend.load(work)
     if state is None:
@@ -543,9 +614,17 @@ async def attempt(ctx: restate.Context | None = None, **options: Any) -> AsyncIt
         try:
             yield w
             await w.finish()
-        except (restate.TerminalError, OutliveError):
+        except (restate.TerminalError, OutliveError) as exc:
             if isinstance(w.backend, OwnedBackend):
                 w.backend.flush()   # the invocation ends here: what it journaled is written
+            elif isinstance(exc, restate.TerminalError) and exc.status_code != 409 and \
+                    isinstance(w.backend, HandlerBackend):
+                # the handler's own terminal failure: its held steps are good for a successor.
+                # Not on Restate's cancel (409): the lease cancels an attempt it is replacing,
+                # and a write landing between its mark and the successor's admission would
+                # revive the attempt being replaced
+                with contextlib.suppress(OutliveError):
+                    await w.backend.write_held()
             raise
     except OutliveError as exc:
         raise _errors.to_terminal(exc) from None
