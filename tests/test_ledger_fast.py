@@ -125,6 +125,12 @@ def _commands(state: WorkState, secret: str, rng: random.Random) -> list[L.Recor
     other = _write(state, n, tok, "b", ver, secret=secret)
     out.append(dataclasses.replace(two, entries=two.entries + other.entries))
     out.append(dataclasses.replace(two, entries=two.entries + two.entries))   # twice in one
+    # a flush of many steps (past the size where the quick path keeps a set of its ids), and
+    # the same with one of them again at the end
+    many = tuple(e for i in range(12) for e in _write(state, n, tok, "a", ver, secret=secret,
+                                                       name=f"a{i}").entries)
+    out.append(dataclasses.replace(two, entries=many))
+    out.append(dataclasses.replace(two, entries=many + many[3:4]))
     for e in state.journal[-3:]:                                              # retried writes
         out.append(L.RecordSteps(attempt=n, token=tok, at=5, secret=secret, entries=(L.StepWrite(
             step=e.step, sources=dict(e.sources), input_key=e.input_key or "k", result=e.result,

@@ -910,6 +910,9 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
     journal = state.journal
     seq = state.seq
     added: list[JournalEntry] = []
+    # a batch's own result ids, when it has more than a few (a flush of many steps): one set
+    # lookup per entry instead of a scan of the entries added before it
+    ids: set[str] | None = set() if len(entries) > 8 else None
     for w in entries:
         step, sources, external, result, rid = w.step, w.sources, w.external, w.result, w.result_id
         if not step:
@@ -940,9 +943,14 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
         for e in journal:
             if e.result_id == rid:
                 return None
-        for e in added:
-            if e.result_id == rid:
-                return None
+        if ids is None:
+            for e in added:
+                if e.result_id == rid:
+                    return None
+        elif rid in ids:
+            return None
+        else:
+            ids.add(rid)
         seq += 1
         fields = {"step": step, "input_key": w.input_key if pins else None,
                   "sources": sources if pins else {},     # the command is a copy
