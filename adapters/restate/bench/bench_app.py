@@ -109,8 +109,14 @@ async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]
         elif write == "held":
             backend = w.backend
             assert isinstance(backend, outlive_restate.HandlerBackend) and backend.hold > 0
-            # what is still held after the last step is written inside the timed chunks too
-            settle = backend.write_held
+
+            async def written() -> None:
+                # what is still held after the last step, and the held writes sent before,
+                # are stored inside the timed chunks too: the beat queues behind them
+                backend.send_held()
+                await w.heartbeat()
+
+            settle = written
         return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step, settle,
                                 settle_last=write == "held")
 

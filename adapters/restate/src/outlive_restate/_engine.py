@@ -39,7 +39,6 @@ the steps held back; no state key of its own).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import json
 import time
@@ -179,7 +178,7 @@ class HandlerBackend(Backend):
         return raw
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
-        await self.write_held()   # held step writes go first: every other command follows them
+        self.send_held()   # held step writes go first: every other command follows them
         command = await self._stamp(command)
         out = _errors.loads(await self._call(EXECUTE, work_id, _errors.dumps(command)))
         if not isinstance(out, L.Outcome):
@@ -250,7 +249,7 @@ class HandlerBackend(Backend):
         if self.write == "held" and isinstance(cmd, L.RecordSteps) and \
                 self._held_work in ("", call.work_id):
             return result, await self._hold(call.work_id, cmd)
-        await self.write_held()
+        self.send_held()
         body = _errors.dumps(cmd)
         if self.write == "call":
             out = _errors.loads(await self._call(EXECUTE, call.work_id, body))
@@ -284,20 +283,37 @@ class HandlerBackend(Backend):
         self._held_bytes += size
         if cmd.at - self._held_since >= self.hold or len(self._held) >= _HOLD_MAX or \
                 self._held_bytes >= L.MAX_PAYLOAD_BYTES:
-            await self.write_held()
+            self.send_held()
         return L.Outcome(kind="held")
 
-    async def write_held(self) -> L.Outcome | None:
-        """Write the held step writes now, as one ``RecordSteps`` (one durable call)."""
+    def _held_command(self) -> tuple[str, L.RecordSteps] | None:
         if not self._held:
             return None
         held, work = self._held, self._held_work
         self._held, self._held_work = [], ""
         first, last = held[0], held[-1]
-        cmd = L.RecordSteps(attempt=first.attempt, token=first.token, at=last.at,
-                            entries=tuple(e for c in held for e in c.entries),
-                            secret=first.secret)
-        out = _errors.loads(await self._call(EXECUTE, work, _errors.dumps(cmd)))
+        return work, L.RecordSteps(attempt=first.attempt, token=first.token, at=last.at,
+                                   entries=tuple(e for c in held for e in c.entries),
+                                   secret=first.secret)
+
+    def send_held(self) -> None:
+        """Send the held step writes, as one ``RecordSteps``, one-way (a durable send).
+
+        The ledger object takes its invocations for a key in the order sent, so this
+        invocation's next call to it (a heartbeat, the candidate, the finish) is applied after
+        them and refused with them: a stale token refuses both, and the attempt learns it at
+        that call. The handler does not wait for the ledger to store a batch.
+        """
+        held = self._held_command()
+        if held is not None:
+            self.ctx.generic_send(self.ledger, EXECUTE, _errors.dumps(held[1]), key=held[0])
+
+    async def write_held(self) -> L.Outcome | None:
+        """Write the held step writes now, as one ``RecordSteps``, and wait for the answer."""
+        held = self._held_command()
+        if held is None:
+            return None
+        out = _errors.loads(await self._call(EXECUTE, held[0], _errors.dumps(held[1])))
         if not isinstance(out, L.Outcome):
             raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
         return out
@@ -623,8 +639,7 @@ async def attempt(ctx: restate.Context | None = None, **options: Any) -> AsyncIt
                 # Not on Restate's cancel (409): the lease cancels an attempt it is replacing,
                 # and a write landing between its mark and the successor's admission would
                 # revive the attempt being replaced
-                with contextlib.suppress(OutliveError):
-                    await w.backend.write_held()
+                w.backend.send_held()
             raise
     except OutliveError as exc:
         raise _errors.to_terminal(exc) from None
