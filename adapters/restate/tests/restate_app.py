@@ -74,6 +74,8 @@ async def many(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
         for i in range(int(arg["n"])):
             if i == arg.get("give_up_at"):
                 raise restate.TerminalError("the handler gives up")   # the user's own
+            if i == arg.get("too_large_at"):   # a result over the payload limit: refused
+                await w.step(f"q{i}", _echo, i=External("x" * (300 * 1024)))
             await w.step(f"q{i}", _echo, i=External(i))
         return {"steps": len(w.steps)}
 

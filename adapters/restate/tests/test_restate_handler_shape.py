@@ -228,14 +228,16 @@ async def test_held_writes_of_a_handler_replaced_by_hand_are_refused_together(
     assert st.journal == () and st.stale_writes_applied == 0 and not st.candidates
 
 
-async def test_a_handler_that_gives_up_still_writes_its_held_steps(
-        backend: RestateBackend, tmp_path: Path) -> None:
-    """The user's own TerminalError ends the invocation for good: the steps it held are
-    written on the way out (a successor restores them), the error still ends it."""
+@pytest.mark.parametrize("why", ["give_up_at", "too_large_at"])
+async def test_a_handler_that_fails_for_good_still_writes_its_held_steps(
+        backend: RestateBackend, tmp_path: Path, why: str) -> None:
+    """The user's own TerminalError, or a step's result over the payload limit (refused at the
+    step: PayloadTooLarge), ends the invocation for good: the steps it held are written on the
+    way out (a successor restores them), the error still ends it."""
     work = f"held/{uuid.uuid4().hex[:8]}"
     await opened(backend, work)
     await backend.start_work(work, service="reports", handler="many",
-                             arg={"n": 5, "give_up_at": 3}, lease=timedelta(minutes=10))
+                             arg={"n": 5, why: 3}, lease=timedelta(minutes=10))
 
     async def written() -> WorkState | None:
         st = await backend.load(work)

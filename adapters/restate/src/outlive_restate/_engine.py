@@ -633,12 +633,13 @@ async def attempt(ctx: restate.Context | None = None, **options: Any) -> AsyncIt
         except (restate.TerminalError, OutliveError) as exc:
             if isinstance(w.backend, OwnedBackend):
                 w.backend.flush()   # the invocation ends here: what it journaled is written
-            elif isinstance(exc, restate.TerminalError) and exc.status_code != 409 and \
-                    isinstance(w.backend, HandlerBackend):
-                # the handler's own terminal failure: its held steps are good for a successor.
-                # Not on Restate's cancel (409): the lease cancels an attempt it is replacing,
-                # and a write landing between its mark and the successor's admission would
-                # revive the attempt being replaced
+            elif isinstance(w.backend, HandlerBackend) and not (
+                    isinstance(exc, restate.TerminalError) and exc.status_code == 409):
+                # the invocation fails for good (the handler's own terminal error, or a
+                # refusal: one step's result too large ends it): the steps it held are good
+                # for a successor (a stale token's are refused again). Not on Restate's cancel
+                # (409): the lease cancels an attempt it is replacing, and a write landing
+                # between its mark and the successor's admission would revive that attempt
                 w.backend.send_held()
             raise
     except OutliveError as exc:
