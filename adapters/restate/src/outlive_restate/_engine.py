@@ -94,7 +94,7 @@ HEADER_RENEW = "x-outlive-renew"
 #: ledger's state to refuse — a stale token, a version mismatch — surfaces at the attempt's next
 #: awaited write, which the same fence refuses).
 #: "held" (the default while the lease is renewed): steps' writes are held back in the
-#: invocation and written together, see :meth:`HandlerBackend._hold`.
+#: invocation and sent together, see :meth:`HandlerBackend._hold`.
 Write = Literal["send", "call", "held"]
 
 _B = BytesSerde()
@@ -264,17 +264,18 @@ class HandlerBackend(Backend):
         return result, L.Outcome(kind="sent")
 
     async def _hold(self, work_id: str, cmd: L.RecordSteps) -> L.Outcome:
-        """Keep a step's write for the next write to the ledger (``hold``).
+        """Keep a step's write back, to leave with the others (``write="held"``).
 
         The step's value is already in this invocation's Restate journal (its ``ctx.run_typed``
-        entry), so a retried or replayed invocation holds the same writes and writes them at the
-        same points: when the oldest held one is ``hold`` ms old (journaled time) at the next
-        step, before any other command of this invocation (a renewal's heartbeat, a candidate,
-        an effect, the finish) and before a read. The renewal timer fires at least once per
-        ``hold`` while a step runs, so a live attempt's steps reach the ledger within about one
-        renewal period, as its heartbeats do. What the ledger refuses from the command alone
-        (a result that cannot be hashed, one too large) is refused here, at the step; what
-        needs the ledger's state (a stale token) refuses the write that carries it.
+        entry), so a retried or replayed invocation holds the same writes and sends them at the
+        same points: once the oldest held one is ``hold`` ms old (journaled time) at a step, or
+        :data:`_HOLD_MAX` are held, or a payload limit's worth of results; before any other
+        command of this invocation (a renewal's heartbeat, a candidate, an effect, the finish);
+        awaited before a read. The renewal timer fires at least once per ``hold`` while a step
+        runs, so a live attempt's steps reach the ledger within about one renewal period, as its
+        heartbeats do. What the ledger refuses from the command alone (a result that cannot be
+        hashed, one too large) is refused here, at the step; what needs the ledger's state (a
+        stale token) refuses the write that carries them and the call after it.
         """
         size = sum(L.check_size(e.result, f"result of step {e.step!r}") for e in cmd.entries)
         if not self._held:
