@@ -27,7 +27,7 @@ import outlive
 from outlive import Contract, Controller
 from outlive import ledger as L
 from outlive._launch import free_port, port_open, stop_process, wait_until
-from outlive.errors import StaleOwner
+from outlive.errors import InvalidRecord, StaleOwner
 from outlive.records import AttemptState, WorkState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
 from outlive_restate import RestateBackend, RestateDispatcher
@@ -246,6 +246,32 @@ async def test_a_handler_that_fails_for_good_still_writes_its_held_steps(
     st = await until("the held steps to reach the ledger", written)
     assert [(e.step, e.attempt) for e in st.journal] == [("q0", 1), ("q1", 1), ("q2", 1)]
     assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
+
+
+async def test_held_writes_without_renewals_are_refused(
+        server: RestateServer, backend: RestateBackend) -> None:
+    """Without renewals nothing bounds how long a held write would wait (and the writes are the
+    attempt's only signs of life): write="held" is refused there, with nothing written; the
+    default in that case is a write per step."""
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    await opened(backend, work)
+    await backend.start_work(work, service="reports", handler="many",
+                             arg={"n": 2, "write": "held"}, renew=False,
+                             lease=timedelta(minutes=10))   # no takeover churn after
+    invocation = (await backend.lease(work))["history"][0]["invocation"]
+    await until("the invocation to end", lambda: _ended(server, invocation))
+    out = await _output(server, invocation)
+    assert isinstance(from_message(json.loads(out)["message"]), InvalidRecord), out
+    st = await backend.load(work)
+    assert st is not None and st.journal == ()
+    assert [(a.number, a.signs) for a in st.attempts] == [(1, 0)]   # not even claimed
+
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    await opened(backend, work)
+    await backend.start_work(work, service="reports", handler="many", arg={"n": 3},
+                             renew=False)
+    st = await until("the attempt to finish", partial(finished, backend, work))
+    assert len(st.journal) == 3 and st.attempts[0].signs == 1 + 3    # the claim, 3 writes
 
 
 async def test_a_killed_deployment_rebuilds_its_held_writes(
