@@ -6,13 +6,12 @@ backend's fenced saver. Same durability, same process, same trivial body. A roun
 and one outlive invocation of N steps each, run in alternating chunks of steps (``--chunk``,
 20: raw, outlive, outlive, raw, ...; each side's time is the sum of its own turns, and a side
 waits for its saver's writes in flight before it hands over), so a load spike lands on both
-sides of a round alike; before each round, untimed and alike for both, the last round's garbage
-is collected and every object alive frozen (``gc.freeze``: a full collection of the bench
-process's heap takes ~65 ms on a 2-core machine and used to land on one side of one round). A
-row gives the median of the rounds' ratios (15 rounds by default), their range, and the ratio
-of the two sides' medians; the waits for writes in flight and the collector's pauses inside
-the turns are in the JSON per side (``settled_ms``, ``gc_ms``). ``--control`` adds the node
-shape raw against raw, the harness's own bias and spread. Three shapes:
+sides of a round alike. Python's cyclic garbage collector runs between rounds, untimed, not
+inside them (see ``_rounds``: a full collection takes ~65 ms on a 2-core machine and used to
+land on one side of one round). A row gives the median of the rounds' ratios (15 rounds by
+default), their range, and the ratio of the two sides' medians; the waits for writes in flight
+are in the JSON per side (``settled_ms``). ``--control`` adds the node shape raw against raw:
+the harness's own bias and spread. Three shapes:
 
 * **in one entrypoint**: N steps inside one ``@entrypoint`` invocation, raw ``@task`` vs
   ``outlive_task``. The per-step cost is the invocation's wall time over N: under
@@ -115,8 +114,7 @@ class _Alternation:
     hands over, it waits for its saver's writes still in flight (``settle``, charged to it):
     else a raw ``@task``'s background write would run in outlive's turn. That wait is counted
     (``settled_ms``): a raw step's write there cannot overlap its next step, which costs raw at
-    most one commit a chunk. The garbage collector's pauses are counted per side as well
-    (``gc_ms``: the turn they fell in pays them).
+    most one commit a chunk.
     """
 
     def __init__(self, settle: dict[str, Callable[[], Awaitable[float]]]) -> None:
@@ -127,15 +125,6 @@ class _Alternation:
         self._done: set[str] = set()
         self._turns = 0
         self._t0 = 0.0
-        self._side: str | None = None
-        self.gc = dict.fromkeys(settle, 0.0)
-        self._gc_t0 = 0.0
-
-    def _gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._gc_t0 = time.perf_counter()
-        elif self._side is not None:
-            self.gc[self._side] += time.perf_counter() - self._gc_t0
 
     def _next(self) -> None:
         live = [s for s in ("raw", "outlive") if s not in self._done]
@@ -149,13 +138,11 @@ class _Alternation:
     async def _enter(self, side: str) -> None:
         await self._go[side].wait()
         self._go[side].clear()
-        self._side = side
         self._t0 = time.perf_counter()
 
     async def _leave(self, side: str) -> None:
         self.settled[side] += await self.settle[side]()
         self.spent[side] += time.perf_counter() - self._t0
-        self._side = None
 
     async def pause(self, side: str) -> None:
         """End this side's turn (after its writes in flight) and wait for its next one."""
@@ -177,12 +164,10 @@ class _Alternation:
 
         tasks = [asyncio.ensure_future(side("raw", raw)),
                  asyncio.ensure_future(side("outlive", outlive))]
-        gc.callbacks.append(self._gc)
         self._next()
         try:
             await asyncio.gather(*tasks)
         finally:
-            gc.callbacks.remove(self._gc)
             for t in tasks:
                 t.cancel()
         return self.spent
@@ -232,8 +217,7 @@ def _summary(raw_name: str, raw: Timed, out_name: str, ours: Timed,
            "ratio_max": max(ratios), "ratios": [round(r, 3) for r in ratios],
            "ratio_of_medians": statistics.median(ours) / statistics.median(raw)}
     if settled is not None:
-        out["settled_ms"] = {k: round(v * 1e3, 3) for k, v in settled.items() if "gc" not in k}
-        out["gc_ms"] = {k[3:]: round(v * 1e3, 3) for k, v in settled.items() if "gc" in k}
+        out["settled_ms"] = {k: round(v * 1e3, 3) for k, v in settled.items()}
     return out
 
 
@@ -248,27 +232,31 @@ async def _rounds(rounds: int, n: int, chunk: int,
     raw_t: Timed = []
     out_t: Timed = []
     ratios: list[float] = []
-    settled = {"raw": 0.0, "outlive": 0.0, "gc_raw": 0.0, "gc_outlive": 0.0}
+    settled = {"raw": 0.0, "outlive": 0.0}
     for r in range(first, first + rounds):
         alt = _Alternation(settle)
-        # Untimed, before each round alike: the last round's garbage collected and everything
-        # alive frozen (out of the collector's sight), so a full collection inside the round
-        # walks only this round's objects. A full collection of the bench process's ~110,000
-        # objects takes ~65 ms on the 2-core machine: whichever side's allocation crossed the
-        # threshold paid 0.3 ms a step for it, the largest part of the rounds' spread.
+        # The cyclic garbage collector runs between rounds, untimed, not inside them: a full
+        # collection of the bench process's ~110,000 objects takes ~65 ms on the 2-core machine
+        # and landed on one side of one round (0.3 ms a step: the largest part of the rounds'
+        # spread), and with the two invocations interleaved, the side that allocates more
+        # triggers more collections that walk both sides' live objects (InMemorySaver, 15
+        # rounds: 1.15-1.18x interleaved with the collector on, 1.06x whole invocations with
+        # it on, 1.08-1.09x either way with it off; callgrind's instruction ratio was 1.08x).
+        # Run whole and collector on, each side's own collections cost about the same per
+        # step (0.013-0.018 ms), so leaving them out flatters neither side.
         gc.collect()
         gc.freeze()
+        gc.disable()
         try:
             spent = await alt.run(*round_(r, alt))
         finally:
+            gc.enable()
             gc.unfreeze()
         raw_t.append(spent["raw"] / n)
         out_t.append(spent["outlive"] / n)
         ratios.append(out_t[-1] / raw_t[-1])
         for k, v in alt.settled.items():
             settled[k] += v
-        for k, v in alt.gc.items():
-            settled[f"gc_{k}"] += v
     return raw_t, out_t, ratios, settled
 
 
@@ -331,7 +319,7 @@ async def in_entrypoint(url: str, n: int, rounds: int, durability: Durability,
             raw_t: Timed = []
             out_t: Timed = []
             ratios: list[float] = []
-            settled = {"raw": 0.0, "outlive": 0.0, "gc_raw": 0.0, "gc_outlive": 0.0}
+            settled = {"raw": 0.0, "outlive": 0.0}
             # the exit durability's attempt is finished after its round: one round
             for r in range(1, 2 if durability == "exit" else rounds + 1):
                 rt, ot, rr, st = await _rounds(1, n, chunk, settle, round_, first=r)
