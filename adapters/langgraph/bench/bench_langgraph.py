@@ -2,10 +2,16 @@
 
 The raw baseline runs under the saver a user writes (``AsyncSqliteSaver`` on its own file,
 ``AsyncPostgresSaver`` on its own connection, ``InMemorySaver``); outlive's side under the
-backend's fenced saver. Same durability, same process, same trivial body. Each measure runs in
-rounds that alternate raw and outlive, so load on a shared machine hits both alike; a row gives
-the median of the rounds' ratios and their range (nine rounds by default: on a shared 2-core
-machine a load spike of a few hundred milliseconds lands on one side of a round). Three shapes:
+backend's fenced saver. Same durability, same process, same trivial body. A round is one raw
+and one outlive invocation of N steps each, run in alternating chunks of steps (``--chunk``,
+20: raw, outlive, outlive, raw, ...; each side's time is the sum of its own turns, and a side
+waits for its saver's writes in flight before it hands over), so a load spike lands on both
+sides of a round alike. Python's cyclic garbage collector runs between rounds, untimed, not
+inside them (see ``_rounds``: a full collection takes ~65 ms on a 2-core machine and used to
+land on one side of one round). A row gives the median of the rounds' ratios (15 rounds by
+default), their range, and the ratio of the two sides' medians; the waits for writes in flight
+are in the JSON per side (``settled_ms``). ``--control`` adds the node shape raw against raw:
+the harness's own bias and spread. Three shapes:
 
 * **in one entrypoint**: N steps inside one ``@entrypoint`` invocation, raw ``@task`` vs
   ``outlive_task``. The per-step cost is the invocation's wall time over N: under
@@ -24,13 +30,16 @@ machine a load spike of a few hundred milliseconds lands on one side of a round)
 On ``langgraph+sqlite``, ``langgraph+memory`` and ``langgraph+postgres`` (a throwaway server),
 then the 864-run sweep on ``langgraph+sqlite``. Writes ``.bench/langgraph.json``::
 
-    python adapters/langgraph/bench/bench_langgraph.py [--steps 200] [--rounds 9] [--no-sweep]
+    python adapters/langgraph/bench/bench_langgraph.py [--steps 200] [--rounds 15] [--chunk 20]
+        [--no-sweep] [--no-postgres] [--no-sqlite] [--control]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import gc
 import json
 import statistics
 import tempfile
@@ -94,48 +103,199 @@ async def _user_saver(b: LangGraphBackend, d: str,
             yield saver
 
 
+class _Alternation:
+    """Two invocations of one round, ``raw`` and ``outlive``, run in alternating chunks of steps.
+
+    Each side is one whole invocation (its start, its N steps, its end), as when run alone; a
+    side's body calls :meth:`pause` every ``chunk`` steps, which lets the other side run its
+    next chunk, so a load spike of a few milliseconds lands on both sides of a round alike
+    instead of on one. The order alternates chunk by chunk (raw, outlive, outlive, raw, ...),
+    so neither side always goes first. A side's time is the sum of its own turns; before it
+    hands over, it waits for its saver's writes still in flight (``settle``, charged to it):
+    else a raw ``@task``'s background write would run in outlive's turn. That wait is counted
+    (``settled_ms``): a raw step's write there cannot overlap its next step, which costs raw at
+    most one commit a chunk.
+    """
+
+    def __init__(self, settle: dict[str, Callable[[], Awaitable[float]]]) -> None:
+        self.settle = settle
+        self.spent = dict.fromkeys(settle, 0.0)
+        self.settled = dict.fromkeys(settle, 0.0)
+        self._go = {side: asyncio.Event() for side in settle}
+        self._done: set[str] = set()
+        self._turns = 0
+        self._t0 = 0.0
+
+    def _next(self) -> None:
+        live = [s for s in ("raw", "outlive") if s not in self._done]
+        if not live:
+            return
+        # raw, outlive, outlive, raw, raw, outlive, ...: turn k goes to (k + 1) // 2 % 2
+        side = ("raw", "outlive")[(self._turns + 1) // 2 % 2]
+        self._turns += 1
+        self._go[side if side in live else live[0]].set()
+
+    async def _enter(self, side: str) -> None:
+        await self._go[side].wait()
+        self._go[side].clear()
+        self._t0 = time.perf_counter()
+
+    async def _leave(self, side: str) -> None:
+        self.settled[side] += await self.settle[side]()
+        self.spent[side] += time.perf_counter() - self._t0
+
+    async def pause(self, side: str) -> None:
+        """End this side's turn (after its writes in flight) and wait for its next one."""
+        await self._leave(side)
+        self._next()
+        await self._enter(side)
+
+    async def run(self, raw: Callable[[], Awaitable[Any]],
+                  outlive: Callable[[], Awaitable[Any]]) -> dict[str, float]:
+        """Both invocations, alternating; seconds each spent in its own turns."""
+        async def side(name: str, invoke: Callable[[], Awaitable[Any]]) -> None:
+            await self._enter(name)
+            try:
+                await invoke()
+                await self._leave(name)
+            finally:
+                self._done.add(name)
+                self._next()
+
+        tasks = [asyncio.ensure_future(side("raw", raw)),
+                 asyncio.ensure_future(side("outlive", outlive))]
+        self._next()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+        return self.spent
+
+
+def _track(saver: BaseCheckpointSaver[Any]) -> Callable[[], Awaitable[float]]:
+    """Count the saver's writes in flight; the returned ``settle()`` waits until none is (the
+    seconds it waited). The same thin wrapper on both sides' savers."""
+    pending: set[asyncio.Future[None]] = set()
+    for name in ("aput", "aput_writes"):
+        orig = getattr(saver, name)
+
+        def tracked(*args: Any, _orig: Any = orig, **kwargs: Any) -> Awaitable[Any]:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pending.add(done)   # at once: LangGraph creates the call's coroutine when it submits
+
+            async def call() -> Any:
+                try:
+                    return await _orig(*args, **kwargs)
+                finally:
+                    pending.discard(done)
+                    done.set_result(None)
+
+            return call()
+
+        functools.update_wrapper(tracked, orig)   # LangGraph inspects aput_writes' signature
+        setattr(saver, name, tracked)
+
+    async def settle() -> float:
+        if not pending:
+            return 0.0
+        t0 = time.perf_counter()
+        while pending:
+            await asyncio.wait(list(pending))
+        return time.perf_counter() - t0
+
+    return settle
+
+
 def _summary(raw_name: str, raw: Timed, out_name: str, ours: Timed,
-             ratios: list[float]) -> dict[str, Any]:
-    """Per-step medians over all rounds, and the rounds' ratios (median, range, each)."""
-    return {raw_name: {"median_ms": statistics.median(raw) * 1e3},
-            out_name: {"median_ms": statistics.median(ours) * 1e3},
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios),
-            "ratio_max": max(ratios), "ratios": [round(r, 3) for r in ratios]}
+             ratios: list[float], settled: dict[str, float] | None = None) -> dict[str, Any]:
+    """Per-step medians over all rounds, the rounds' ratios (median, range, each) and the ratio
+    of the two medians (a check on the median of the ratios: they should agree)."""
+    out = {raw_name: {"median_ms": statistics.median(raw) * 1e3},
+           out_name: {"median_ms": statistics.median(ours) * 1e3},
+           "ratio": statistics.median(ratios), "ratio_min": min(ratios),
+           "ratio_max": max(ratios), "ratios": [round(r, 3) for r in ratios],
+           "ratio_of_medians": statistics.median(ours) / statistics.median(raw)}
+    if settled is not None:
+        out["settled_ms"] = {k: round(v * 1e3, 3) for k, v in settled.items()}
+    return out
+
+
+async def _rounds(rounds: int, n: int, chunk: int,
+                  settle: dict[str, Callable[[], Awaitable[float]]],
+                  round_: Callable[[int, _Alternation], tuple[Callable[[], Awaitable[Any]],
+                                                              Callable[[], Awaitable[Any]]]],
+                  first: int = 1) -> tuple[Timed, Timed, list[float], dict[str, float]]:
+    """``rounds`` rounds of one raw and one outlive invocation of ``n`` steps each, run in
+    alternating chunks (:class:`_Alternation`); per-step seconds of each side, each round's
+    ratio, and the seconds waited for writes in flight over all rounds."""
+    raw_t: Timed = []
+    out_t: Timed = []
+    ratios: list[float] = []
+    settled = {"raw": 0.0, "outlive": 0.0}
+    for r in range(first, first + rounds):
+        alt = _Alternation(settle)
+        # The cyclic garbage collector runs between rounds, untimed, not inside them: a full
+        # collection of the bench process's ~110,000 objects takes ~65 ms on the 2-core machine
+        # and landed on one side of one round (0.3 ms a step: the largest part of the rounds'
+        # spread), and with the two invocations interleaved, the side that allocates more
+        # triggers more collections that walk both sides' live objects (InMemorySaver, 15
+        # rounds: 1.15-1.18x interleaved with the collector on, 1.06x whole invocations with
+        # it on, 1.08-1.09x either way with it off; callgrind's instruction ratio was 1.08x).
+        # Run whole and collector on, each side's own collections cost about the same per
+        # step (0.013-0.018 ms), so leaving them out flatters neither side.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        try:
+            spent = await alt.run(*round_(r, alt))
+        finally:
+            gc.enable()
+            gc.unfreeze()
+        raw_t.append(spent["raw"] / n)
+        out_t.append(spent["outlive"] / n)
+        ratios.append(out_t[-1] / raw_t[-1])
+        for k, v in alt.settled.items():
+            settled[k] += v
+    return raw_t, out_t, ratios, settled
 
 
 async def in_entrypoint(url: str, n: int, rounds: int, durability: Durability,
-                        d: str) -> dict[str, Any]:
+                        d: str, chunk: int) -> dict[str, Any]:
     """N steps inside one ``@entrypoint`` invocation: raw ``@task`` vs ``outlive_task``."""
     async with _attempt(url, "bench-a") as (b, w):
         w.persist = persist_for(durability)
         await w.start()
 
-        calls: Timed = []
+        calls: dict[str, Timed] = {"raw": [], "outlive": []}
+        alt: list[_Alternation] = []
 
-        async def steps(first: int, call: Callable[[int], Awaitable[Any]]) -> int:
+        async def steps(side: str, first: int, call: Callable[[int], Awaitable[Any]]) -> int:
+            timed = calls[side]
             for i in range(first, first + n):
+                if i > first and (i - first) % chunk == 0 and alt:
+                    await alt[0].pause(side)
                 t0 = time.perf_counter()
                 await call(i)
-                calls.append(time.perf_counter() - t0)
+                timed.append(time.perf_counter() - t0)
             return n
 
         async with _user_saver(b, d, f"a-{durability}") as user_saver:
+            settle = {"raw": _track(user_saver), "outlive": _track(b.checkpointer)}
+
             @entrypoint(checkpointer=user_saver)
             async def raw_prog(first: int) -> int:
-                return await steps(first, raw_step)
+                return await steps("raw", first, raw_step)
 
             @entrypoint(checkpointer=b.checkpointer)
             async def outlive_prog(first: int) -> int:
-                return await steps(first, outlive_step)
+                return await steps("outlive", first, outlive_step)
 
-            async def raw_round(r: int) -> float:
-                t0 = time.perf_counter()
+            async def raw_round(r: int) -> None:
                 await raw_prog.ainvoke(r * n, {"configurable": {"thread_id": f"raw-{r}"}},
                                        durability=durability)
-                return (time.perf_counter() - t0) / n
 
-            async def outlive_round(r: int) -> float:
-                t0 = time.perf_counter()
+            async def outlive_round(r: int) -> None:
                 # Inputs differ per round: each round journals n new steps, none is restored.
                 await run(outlive_prog, r * n, worker=w, durability=durability,
                           config={"configurable": {"thread_id": f"outlive-{r}"}})
@@ -143,25 +303,35 @@ async def in_entrypoint(url: str, n: int, rounds: int, durability: Durability,
                     # The end-of-attempt flush is part of the steps' cost (its own exit
                     # checkpoint is fenced; a finished attempt may write nothing more).
                     await w.finish()
-                return (time.perf_counter() - t0) / n
+
+            def round_(r: int, a: _Alternation) -> tuple[Callable[[], Awaitable[Any]],
+                                                          Callable[[], Awaitable[Any]]]:
+                alt[:] = [a]
+                for c in calls.values():
+                    c.clear()
+                return (lambda: raw_round(r)), (lambda: outlive_round(r))
 
             await raw_round(0)  # warm-up: the saver's tables, LangGraph's first compile
-            raw_t, out_t, ratios = [], [], []
-            raw_calls, out_calls, call_ratios = [], [], []
-            for r in range(1, rounds + 1):
-                calls.clear()
-                raw_t.append(await raw_round(r))
-                raw_c = statistics.median(calls)
-                calls.clear()
-                out_t.append(await outlive_round(r))
-                out_c = statistics.median(calls)
-                ratios.append(out_t[-1] / raw_t[-1])
-                raw_calls.append(raw_c)
-                out_calls.append(out_c)
-                call_ratios.append(out_c / raw_c)
-                if durability == "exit":
-                    break  # the attempt is finished: one round
-    return {"invocation": _summary("raw_task", raw_t, "outlive_task", out_t, ratios),
+            raw_calls: Timed = []
+            out_calls: Timed = []
+            call_ratios: list[float] = []
+
+            raw_t: Timed = []
+            out_t: Timed = []
+            ratios: list[float] = []
+            settled = {"raw": 0.0, "outlive": 0.0}
+            # the exit durability's attempt is finished after its round: one round
+            for r in range(1, 2 if durability == "exit" else rounds + 1):
+                rt, ot, rr, st = await _rounds(1, n, chunk, settle, round_, first=r)
+                raw_t += rt
+                out_t += ot
+                ratios += rr
+                for k, v in st.items():
+                    settled[k] += v
+                raw_calls.append(statistics.median(calls["raw"]))
+                out_calls.append(statistics.median(calls["outlive"]))
+                call_ratios.append(out_calls[-1] / raw_calls[-1])
+    return {"invocation": _summary("raw_task", raw_t, "outlive_task", out_t, ratios, settled),
             "per_call": _summary("raw_task", raw_calls, "outlive_task", out_calls, call_ratios)}
 
 
@@ -170,14 +340,26 @@ class _Loop(TypedDict):
     stop: int
 
 
-async def node_loop(url: str, n: int, rounds: int, d: str) -> dict[str, Any]:
+async def node_loop(url: str, n: int, rounds: int, d: str, chunk: int,
+                    control: bool = False) -> dict[str, Any]:
     """A StateGraph whose one node runs N times (one superstep each, ``durability="sync"``):
-    the user's plain node vs the same node as ``outlive_node``."""
+    the user's plain node vs the same node as ``outlive_node``. ``control``: the plain node on
+    a second saver of the user's in outlive's place (raw against raw: the harness's own bias
+    and spread, expected 1.00x)."""
     async with _attempt(url, "bench-n") as (b, w):
         await w.start()
+        alt: list[_Alternation] = []
 
-        async def body(state: _Loop) -> dict[str, int]:
-            return {"i": state["i"] + 1}
+        def body(side: str) -> Callable[[_Loop], Awaitable[dict[str, int]]]:
+            async def step(state: _Loop) -> dict[str, int]:
+                # The same body both sides; at a chunk's end it lets the other side run first
+                # (for outlive_node: before the step's journal entry is made).
+                done = state["i"] % n
+                if done and done % chunk == 0 and alt:
+                    await alt[0].pause(side)
+                return {"i": state["i"] + 1}
+
+            return step
 
         def graph(node: Any, saver: BaseCheckpointSaver[Any]) -> Any:
             g = StateGraph(_Loop)
@@ -187,31 +369,39 @@ async def node_loop(url: str, n: int, rounds: int, d: str) -> dict[str, Any]:
             return g.compile(checkpointer=saver)
 
         limit: RunnableConfig = {"recursion_limit": n + 10}
-        async with _user_saver(b, d, "n") as user_saver:
-            raw_graph = graph(body, user_saver)
-            ours = graph(outlive_node(body, name="step", inputs=("i",), external=["i"]),
-                         b.checkpointer)
+        async with _user_saver(b, d, "n") as user_saver, \
+                _user_saver(b, d, "n-control") as other_saver:
+            theirs = other_saver if control else b.checkpointer
+            settle = {"raw": _track(user_saver), "outlive": _track(theirs)}
+            raw_graph = graph(body("raw"), user_saver)
+            ours = graph(body("outlive") if control else
+                         outlive_node(body("outlive"), name="step", inputs=("i",),
+                                      external=["i"]), theirs)
 
-            async def raw_round(r: int) -> float:
-                t0 = time.perf_counter()
+            async def raw_round(r: int) -> None:
                 await raw_graph.ainvoke({"i": r * n, "stop": (r + 1) * n},
                                         {**limit, "configurable": {"thread_id": f"raw-{r}"}},
                                         durability="sync")
-                return (time.perf_counter() - t0) / n
 
-            async def outlive_round(r: int) -> float:
-                t0 = time.perf_counter()
-                await run(ours, {"i": r * n, "stop": (r + 1) * n}, worker=w,
-                          config={**limit, "configurable": {"thread_id": f"outlive-{r}"}})
-                return (time.perf_counter() - t0) / n
+            async def outlive_round(r: int) -> None:
+                config: RunnableConfig = {**limit,
+                                          "configurable": {"thread_id": f"outlive-{r}"}}
+                if control:
+                    await ours.ainvoke({"i": r * n, "stop": (r + 1) * n}, config,
+                                       durability="sync")
+                else:
+                    await run(ours, {"i": r * n, "stop": (r + 1) * n}, worker=w, config=config)
+
+            def round_(r: int, a: _Alternation) -> tuple[Callable[[], Awaitable[Any]],
+                                                          Callable[[], Awaitable[Any]]]:
+                alt[:] = [a]
+                return (lambda: raw_round(r)), (lambda: outlive_round(r))
 
             await raw_round(0)
-            raw_t, out_t, ratios = [], [], []
-            for r in range(1, rounds + 1):
-                raw_t.append(await raw_round(r))
-                out_t.append(await outlive_round(r))
-                ratios.append(out_t[-1] / raw_t[-1])
-    return _summary("raw_node", raw_t, "outlive_node", out_t, ratios)
+            if control:
+                await outlive_round(0)
+            raw_t, out_t, ratios, settled = await _rounds(rounds, n, chunk, settle, round_)
+    return _summary("raw_node", raw_t, "outlive_node", out_t, ratios, settled)
 
 
 async def per_invocation(url: str, n: int, rounds: int, durability: Durability,
@@ -278,47 +468,54 @@ async def sweep_time(url: str) -> dict[str, Any]:
     return {"runs": len(res.runs), "seconds": res.seconds}
 
 
-async def _shapes(url: Callable[[str], str], name: str, n: int, rounds: int, d: str,
-                  report: dict[str, Any]) -> None:
+async def _shapes(url: Callable[[str], str], name: str, n: int, rounds: int, chunk: int, d: str,
+                  report: dict[str, Any], control: bool) -> None:
     """The three shapes under ``sync`` on one backend (``url(part)``: a fresh database each)."""
-    entry = await in_entrypoint(url("a"), n, rounds, "sync", d)
+    entry = await in_entrypoint(url("a"), n, rounds, "sync", d, chunk)
     report[f"in_entrypoint/{name}/sync"] = entry["invocation"]
     report[f"in_entrypoint_per_call/{name}/sync"] = entry["per_call"]
-    report[f"node/{name}/sync"] = await node_loop(url("n"), n, rounds, d)
+    report[f"node/{name}/sync"] = await node_loop(url("n"), n, rounds, d, chunk)
+    if control:
+        report[f"control_node_raw_vs_raw/{name}/sync"] = await node_loop(url("c"), n, rounds, d,
+                                                                        chunk, control=True)
     # One invocation per step costs a few commits each: a quarter of the steps per round.
     inv = await per_invocation(url("b"), n // 4, rounds, "sync", d)
     report[f"per_invocation/{name}/sync"] = inv["task"]
     report[f"per_invocation_vs_entry/{name}/sync"] = inv["entry"]
 
 
-async def _main(n: int, rounds: int, out: Path | None, do_sweep: bool,
-                pg: bool) -> dict[str, Any]:
-    report: dict[str, Any] = {"steps": n, "rounds": rounds}
+async def _main(n: int, rounds: int, chunk: int, out: Path | None, do_sweep: bool,
+                pg: bool, sqlite: bool, control: bool) -> dict[str, Any]:
+    report: dict[str, Any] = {"steps": n, "rounds": rounds, "chunk": chunk}
     with tempfile.TemporaryDirectory() as d:
-        await _shapes(lambda part: f"langgraph+sqlite:///{d}/{part}.db", "sqlite", n, rounds, d,
-                      report)
-        entry = await in_entrypoint("langgraph+memory://", n, rounds, "sync", d)
-        report["in_entrypoint/memory/sync"] = entry["invocation"]
-        entry = await in_entrypoint(f"langgraph+sqlite:///{d}/e.db", n, rounds, "exit", d)
-        report["in_entrypoint/sqlite/exit"] = entry["invocation"]
+        if sqlite:
+            await _shapes(lambda part: f"langgraph+sqlite:///{d}/{part}.db", "sqlite", n, rounds,
+                          chunk, d, report, control)
+            entry = await in_entrypoint("langgraph+memory://", n, rounds, "sync", d, chunk)
+            report["in_entrypoint/memory/sync"] = entry["invocation"]
+            entry = await in_entrypoint(f"langgraph+sqlite:///{d}/e.db", n, rounds, "exit", d,
+                                        chunk)
+            report["in_entrypoint/sqlite/exit"] = entry["invocation"]
         if pg:
             from outlive_langgraph.testing import PostgresServer
 
             with PostgresServer() as server:
                 await _shapes(lambda part: server.create_database(f"bench_{part}"), "postgres",
-                              n, rounds, d, report)
+                              n, rounds, chunk, d, report, control)
         if do_sweep:
             report["sweep/sqlite"] = await sweep_time(f"langgraph+sqlite:///{d}/sweep.db")
     print(f"outlive on LangGraph: per-step cost, {n} steps x {rounds} rounds, raw and outlive "
-          f"alternating, same durability (ratio: median of the rounds [min-max])")
+          f"alternating in chunks of {chunk} steps, same durability (ratio: median of the "
+          f"rounds' ratios [min-max]; of medians: outlive median / raw median)")
     print(f"{'shape/saver/durability':38} {'raw median':>11} {'outlive median':>15} {'ratio':>7} "
-          f"{'range':>13}")
+          f"{'range':>13} {'of medians':>10}")
     for key, val in report.items():
         if not isinstance(val, dict) or "ratio" not in val:
             continue
-        raw, ours = (v for k, v in val.items() if isinstance(v, dict))
+        raw, ours = [v for k, v in val.items() if isinstance(v, dict) and "median_ms" in v]
         print(f"{key:38} {raw['median_ms']:9.3f}ms {ours['median_ms']:13.3f}ms "
-              f"{val['ratio']:6.2f}x {val['ratio_min']:5.2f}-{val['ratio_max']:.2f}x")
+              f"{val['ratio']:6.2f}x {val['ratio_min']:5.2f}-{val['ratio_max']:.2f}x "
+              f"{val['ratio_of_medians']:9.2f}x")
     if "sweep/sqlite" in report:
         s = report["sweep/sqlite"]
         print(f"full sweep on langgraph+sqlite: {s['runs']} runs in {s['seconds']:.1f} s")
@@ -331,12 +528,20 @@ async def _main(n: int, rounds: int, out: Path | None, do_sweep: bool,
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python adapters/langgraph/bench/bench_langgraph.py")
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--chunk", type=int, default=20,
+                   help="steps a side runs before the other side's turn (--steps: no alternation "
+                        "inside a round)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--no-postgres", action="store_true")
+    p.add_argument("--no-sqlite", action="store_true",
+                   help="skip the SQLite and InMemorySaver rows")
+    p.add_argument("--control", action="store_true",
+                   help="also the node shape raw against raw (the harness's bias: ~1.00x)")
     args = p.parse_args(argv)
-    asyncio.run(_main(args.steps, args.rounds, args.out, not args.no_sweep, not args.no_postgres))
+    asyncio.run(_main(args.steps, args.rounds, args.chunk, args.out, not args.no_sweep,
+                      not args.no_postgres, not args.no_sqlite, args.control))
 
 
 if __name__ == "__main__":
