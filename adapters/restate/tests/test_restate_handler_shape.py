@@ -189,11 +189,8 @@ async def test_a_held_step_write_reaches_the_ledger_by_the_next_renewal(
         await open_and_start(backend, work, log, lease=timedelta(seconds=3))
         await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
 
-        async def s1_written() -> WorkState | None:
-            st = await backend.load(work)
-            return st if st is not None and st.journal else None
-
-        st = await until("s1 to reach the ledger", s1_written, timeout=30)
+        st = await until("s1 to reach the ledger", partial(_journaled, backend, work),
+                         timeout=30)
         assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1)]
         assert "1:s2:returned" not in calls(log)      # s2 still runs: it was the renewal
         assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
@@ -238,12 +235,7 @@ async def test_a_handler_that_fails_for_good_still_writes_its_held_steps(
     await opened(backend, work)
     await backend.start_work(work, service="reports", handler="many",
                              arg={"n": 5, why: 3}, lease=timedelta(minutes=10))
-
-    async def written() -> WorkState | None:
-        st = await backend.load(work)
-        return st if st is not None and st.journal else None
-
-    st = await until("the held steps to reach the ledger", written)
+    st = await until("the held steps to reach the ledger", partial(_journaled, backend, work))
     assert [(e.step, e.attempt) for e in st.journal] == [("q0", 1), ("q1", 1), ("q2", 1)]
     assert [(a.number, a.state) for a in st.attempts] == [(1, AttemptState.RUNNING)]
 
@@ -294,6 +286,12 @@ async def test_a_killed_deployment_rebuilds_its_held_writes(
     finally:
         hold.unlink()
     await _finished_alone(backend, work, log)
+
+
+async def _journaled(backend: RestateBackend, work: str) -> WorkState | None:
+    """The work's state once its ledger holds a journal entry, else None."""
+    st = await backend.load(work)
+    return st if st is not None and st.journal else None
 
 
 async def _finished_alone(backend: RestateBackend, work: str, log: Path) -> None:

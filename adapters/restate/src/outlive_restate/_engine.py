@@ -57,7 +57,6 @@ from outlive import ledger as L
 from outlive._clone import evolve
 from outlive.backend import Backend, StepCall
 from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected
-from outlive.hashing import canonical
 from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
@@ -177,13 +176,16 @@ class HandlerBackend(Backend):
             raise _errors.from_terminal(exc) from None
         return raw
 
-    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
-        self.send_held()   # held step writes go first: every other command follows them
-        command = await self._stamp(command)
+    async def _execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        """``command`` as a durable call to the work's ledger object, and its outcome."""
         out = _errors.loads(await self._call(EXECUTE, work_id, _errors.dumps(command)))
         if not isinstance(out, L.Outcome):
             raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
         return out
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        self.send_held()   # held step writes go first: every other command follows them
+        return await self._execute(work_id, await self._stamp(command))
 
     async def load(self, work_id: str) -> WorkState | None:
         if self._first_load is not None and self._first_load.work_id == work_id:
@@ -248,22 +250,20 @@ class HandlerBackend(Backend):
         cmd = record(result)
         if self.write == "held" and isinstance(cmd, L.RecordSteps) and \
                 self._held_work in ("", call.work_id):
-            return result, await self._hold(call.work_id, cmd)
+            return result, self._hold(call.work_id, cmd)
         self.send_held()
-        body = _errors.dumps(cmd)
         if self.write == "call":
-            out = _errors.loads(await self._call(EXECUTE, call.work_id, body))
-            return result, out
+            return result, await self._execute(call.work_id, cmd)
         # What the ledger would refuse from the command alone is refused here, before the send:
-        # a result that cannot be hashed or is too large. A stale token or a version mismatch
-        # needs the ledger's state: it refuses the sent write, and the attempt learns it at its
-        # next awaited write (which the same fence refuses).
-        canonical(result)
+        # a result that cannot be hashed or is too large (check_size reads its canonical form).
+        # A stale token or a version mismatch needs the ledger's state: it refuses the sent
+        # write, and the attempt learns it at its next awaited write (which the same fence
+        # refuses).
         L.check_size(result, f"result of step {call.step!r}")
-        self.ctx.generic_send(self.ledger, EXECUTE, body, key=call.work_id)
+        self.ctx.generic_send(self.ledger, EXECUTE, _errors.dumps(cmd), key=call.work_id)
         return result, L.Outcome(kind="sent")
 
-    async def _hold(self, work_id: str, cmd: L.RecordSteps) -> L.Outcome:
+    def _hold(self, work_id: str, cmd: L.RecordSteps) -> L.Outcome:
         """Keep a step's write back, to leave with the others (``write="held"``).
 
         The step's value is already in this invocation's Restate journal (its ``ctx.run_typed``
@@ -312,12 +312,7 @@ class HandlerBackend(Backend):
     async def write_held(self) -> L.Outcome | None:
         """Write the held step writes now, as one ``RecordSteps``, and wait for the answer."""
         held = self._held_command()
-        if held is None:
-            return None
-        out = _errors.loads(await self._call(EXECUTE, held[0], _errors.dumps(held[1])))
-        if not isinstance(out, L.Outcome):
-            raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
-        return out
+        return None if held is None else await self._execute(*held)
 
 
 class OwnedBackend(HandlerBackend):
