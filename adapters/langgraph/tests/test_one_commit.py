@@ -14,23 +14,26 @@ import dataclasses
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from langgraph.func import entrypoint
+from langgraph.graph import END, START, StateGraph
 
 import outlive
-from outlive import External, Worker
+from outlive import Controller, External, Worker
+from outlive import ledger as L
 from outlive_langgraph import (
     FencedAsyncSqliteSaver,
     LangGraphBackend,
     _engine,
+    outlive_node,
     outlive_task,
     run,
     step_thread_id,
 )
 
-from ._q3 import first_attempt
+from ._q3 import V2, first_attempt
 
 N = 6
 
@@ -217,3 +220,191 @@ async def test_the_fence_check_copies_no_journal(sqlite_backend: LangGraphBacken
     saver.store.load = counted  # type: ignore[method-assign]
     assert await run(prog, N, worker=w) == list(range(N))
     assert loads == []
+
+
+class _Loop(TypedDict):
+    i: int
+    stop: int
+
+
+def _loop_graph(saver: FencedAsyncSqliteSaver, body: Any) -> Any:
+    g = StateGraph(_Loop)
+    g.add_node("step", outlive_node(body, name="step", inputs=("i",), external=["i"]))
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["i"] < s["stop"] else END)
+    return g.compile(checkpointer=saver)
+
+
+async def _node_loop(path: Path, n: int, *, defer: bool) -> tuple[int, int, list[Any], int]:
+    """(commits, entries carried, the journal, the node's updates saved) for ``n`` node
+    supersteps on a fresh file."""
+    b = await outlive.open_backend(f"langgraph+sqlite:///{path}")
+    try:
+        saver = _saver(b)
+        if not defer:
+            b.defer_node_entry = None  # type: ignore[attr-defined]
+
+        async def body(state: _Loop) -> dict[str, int]:
+            return {"i": state["i"] + 1}
+
+        graph = _loop_graph(saver, body)
+        w = await _worker(b)
+        commits = await _commits(saver)
+        out = await run(graph, {"i": 0, "stop": n}, worker=w,
+                        config={"configurable": {"thread_id": "loop"}})
+        assert out == {"i": n, "stop": n}
+        assert not saver.deferred and not saver._held
+        st = await b.load("q3")
+        assert st is not None
+        journal = [(e.step, e.input_key, e.result, e.attempt) for e in st.journal]
+        count, carried = len(commits), saver.carried
+    finally:
+        await b.close()
+    with sqlite3.connect(path) as conn:
+        (updates,) = conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'loop' AND "
+                                  "channel = 'i'").fetchone()
+    return count, carried, journal, updates
+
+
+async def test_a_node_superstep_is_one_commit_on_sqlite(tmp_path: Path) -> None:
+    """A StateGraph node that is an outlive step: its journal entry, LangGraph's write of the
+    node's update and the superstep's checkpoint are one transaction (the entry waits for the
+    ``put_writes``, held for the ``put``): one commit a superstep, where the entry committing
+    before the node returns costs three (the entry, the update, the checkpoint). The same
+    entries and rows either way; runs of 6 and 12 supersteps, the difference over 6."""
+    commits, carried, journal, updates = await _node_loop(tmp_path / "a.db", N, defer=True)
+    more, _, _, _ = await _node_loop(tmp_path / "b.db", 2 * N, defer=True)
+    assert carried == N and updates == N + 1   # every entry carried; the input, each update
+    base, base_carried, base_journal, base_updates = await _node_loop(
+        tmp_path / "c.db", N, defer=False)
+    base_more, _, _, _ = await _node_loop(tmp_path / "d.db", 2 * N, defer=False)
+    assert base_carried == 0 and base_updates == updates
+    assert journal == base_journal and len(journal) == N
+    assert (more - commits, base_more - base) == (N, 3 * N)   # commits a superstep: 1, was 3
+
+
+async def test_a_paused_nodes_late_entry_is_refused_with_its_checkpoint_on_sqlite(
+        tmp_path: Path) -> None:
+    """Attempt #1's node body returns while #2 is admitted through another connection; its
+    entry then waits for the superstep's checkpoint, whose transaction the ledger refuses:
+    ``StaleOwner`` from the run, before any next node's body ran; neither the entry nor the
+    node's update nor the checkpoint landed."""
+    url = f"langgraph+sqlite:///{tmp_path}/p.db"
+    b = await outlive.open_backend(url)
+    b2 = await outlive.open_backend(url)
+    try:
+        saver = _saver(b)
+        saver.carry_seconds = 30.0   # only the checkpoint can carry the entry
+        calls: list[int] = []
+        w1 = await _worker(b)
+
+        async def body(state: _Loop) -> dict[str, int]:
+            calls.append(state["i"])
+            if state["i"] == 1:   # the second superstep: #2 is admitted meanwhile
+                ctl = Controller(b2, clock=lambda: 0)
+                await ctl.publish("q3", "v2", V2)
+                await b2.execute("q3", L.MarkUnknown(attempt=1, at=5))
+                await Worker(b2, await ctl.admit("q3"), V2).start()
+            return {"i": state["i"] + 1}
+
+        graph = _loop_graph(saver, body)
+        with pytest.raises(outlive.StaleOwner):
+            await run(graph, {"i": 0, "stop": 5}, worker=w1,
+                      config={"configurable": {"thread_id": "loop"}})
+        assert calls == [0, 1]        # no next node's body ran after the refusal
+        assert saver.carried == 1     # the first superstep's entry was carried
+        assert not saver.deferred
+        st = await b2.load("q3")
+    finally:
+        await b.close()
+        await b2.close()
+    assert st is not None
+    assert [(e.step, e.attempt) for e in st.journal] == [("step", 1)]
+    with sqlite3.connect(tmp_path / "p.db") as conn:
+        (updates,) = conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'loop' AND "
+                                  "channel = 'i'").fetchone()
+        (steps,) = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'loop'"
+                                ).fetchone()
+    assert updates == 2   # the input and the first node's update
+    assert steps == 3     # the input's, the start's, the first node's superstep's
+
+
+async def test_a_node_cancelled_while_its_deferred_step_runs_cancels_the_step_on_sqlite(
+        sqlite_backend: LangGraphBackend) -> None:
+    """Cancelled while its step runs (in a task of its own), the node cancels the step too:
+    the body sees it, no entry is written, nothing is left waiting for a checkpoint."""
+    b = sqlite_backend
+    saver = _saver(b)
+    started, seen = asyncio.Event(), []
+    w = await _worker(b)
+
+    async def body(state: _Loop) -> dict[str, int]:
+        if state["i"] == 1:
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+        return {"i": state["i"] + 1}
+
+    graph = _loop_graph(saver, body)
+    invocation = asyncio.ensure_future(run(graph, {"i": 0, "stop": 5}, worker=w,
+                                           config={"configurable": {"thread_id": "loop"}}))
+    await asyncio.wait_for(started.wait(), 10)
+    assert len(saver.deferred) == 1   # the second node's step, deferred
+    invocation.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await invocation
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert seen == ["cancelled"] and not saver.deferred
+    st = await b.load("q3")
+    assert st is not None and [e.step for e in st.journal] == ["step"]   # the first only
+
+
+class _Pair(TypedDict, total=False):
+    i: int
+    a: int
+    b: int
+
+
+async def test_parallel_nodes_in_one_superstep_each_journal_their_step_on_sqlite(
+        sqlite_backend: LangGraphBackend) -> None:
+    """Two outlive nodes in one superstep: one entry waits for the checkpoint, the other
+    commits before its node returns (one deferred entry per attempt at a time); both are
+    journaled, nothing waits for the safety net, and a second run restores both."""
+    b = sqlite_backend
+    saver = _saver(b)
+    saver.carry_seconds = 30.0   # a wait for the safety net would time the test out
+    calls: list[str] = []
+
+    async def left(state: _Pair) -> _Pair:
+        calls.append("a")
+        return {"a": state["i"] + 1}
+
+    async def right(state: _Pair) -> _Pair:
+        await asyncio.sleep(0.02)   # returns after the other node's put_writes was held
+        calls.append("b")
+        return {"b": state["i"] + 2}
+
+    g = StateGraph(_Pair)
+    g.add_node("a", outlive_node(left, inputs=("i",), external=["i"]))
+    g.add_node("b", outlive_node(right, inputs=("i",), external=["i"]))
+    g.add_edge(START, "a")
+    g.add_edge(START, "b")
+    g.add_edge("a", END)
+    g.add_edge("b", END)
+    graph = g.compile(checkpointer=saver)
+    w = await _worker(b)
+    out = await asyncio.wait_for(
+        run(graph, {"i": 1}, worker=w, config={"configurable": {"thread_id": "pair"}}), 10)
+    assert out == {"i": 1, "a": 2, "b": 3}
+    assert saver.carried >= 1 and not saver.deferred and not saver._held
+    st = await b.load("q3")
+    assert st is not None and sorted(e.step for e in st.journal) == ["a", "b"]
+    snapshot = await graph.aget_state({"configurable": {"thread_id": "pair"}})
+    assert snapshot.values == {"i": 1, "a": 2, "b": 3}
+    out = await asyncio.wait_for(
+        run(graph, {"i": 1}, worker=w, config={"configurable": {"thread_id": "pair2"}}), 10)
+    assert out == {"i": 1, "a": 2, "b": 3} and sorted(calls) == ["a", "b"]   # restored

@@ -560,6 +560,46 @@ async def test_a_paused_nodes_late_entry_in_the_checkpoint_statement_is_refused(
     assert steps is not None and steps[0] == 3
 
 
+async def test_a_node_cancelled_while_its_deferred_step_runs_cancels_the_step(
+        pg_server: PostgresServer) -> None:
+    """The node waits for its step (a task of its own, so that it can return before the entry
+    commits); cancelled meanwhile, it cancels the step too: the body sees the cancellation, no
+    entry is written, and nothing is left waiting for a carrier."""
+    db = f"x_{uuid.uuid4().hex[:8]}"
+    b = await outlive.open_backend(pg_server.create_database(db))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        started, seen = asyncio.Event(), []
+        _ctl, w = await first_attempt(b)
+
+        async def body(state: _Loop) -> dict[str, int]:
+            if state["i"] == 1:
+                started.set()
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    seen.append("cancelled")
+                    raise
+            return {"i": state["i"] + 1}
+
+        graph = _loop_graph(saver, body)
+        invocation = asyncio.ensure_future(run(graph, {"i": 0, "stop": 5}, worker=w,
+                                               config={"configurable": {"thread_id": "loop"}}))
+        await asyncio.wait_for(started.wait(), 10)
+        assert len(saver.deferred) == 1   # the second node's step, deferred
+        invocation.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await invocation
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert seen == ["cancelled"] and not saver.deferred
+        st = await b.load("q3")
+        assert st is not None and [e.step for e in st.journal] == ["step"]   # the first only
+    finally:
+        await b.close()
+
+
 class _Pair(TypedDict, total=False):
     i: int
     a: int

@@ -51,7 +51,7 @@ from outlive.sqlstore import SqliteLedgerStore
 
 from ._context import TaskWrite, owner_of
 
-__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "TaskWrites", "may_write"]
+__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "NodeEntry", "TaskWrites", "may_write"]
 
 _RETURN = "__return__"  # the channel LangGraph saves a Functional API task's result on
 
@@ -220,6 +220,55 @@ class Carried:
     done: asyncio.Future[bool]
 
 
+#: LangGraph's statements for one write: (statement, rows).
+Rows = list[tuple[str, list[tuple[Any, ...]]]]
+
+
+@dataclass(eq=False)
+class NodeEntry:
+    """A node step's journal entry waiting for the superstep's checkpoint to carry it.
+
+    Under ``durability="sync"`` LangGraph starts no next superstep before the superstep's
+    checkpoint ``put`` returned, so a node's entry need not commit before the node returns: it
+    is committed in one transaction with the node's ``put_writes`` (held for the checkpoint)
+    and the checkpoint, and that ``put`` returns only once the step did (its refusal is raised
+    there, before any next node's body runs). Set up by
+    :meth:`~outlive_langgraph.backend.LangGraphSqliteBackend.defer_node_entry`.
+    """
+
+    owner: tuple[str, int, int]
+    #: Set when the body returned and its entry waits to be carried: the node returns then.
+    ready: asyncio.Future[None]
+    #: LangGraph's statements to commit with the entry ([]: commit the entry alone).
+    calls: asyncio.Future[Rows]
+    task: asyncio.Task[Any] | None = None
+    result: Any = None
+    body_done: bool = False
+    #: The entry was written (then no later write of the step's task is carried again).
+    written: bool = False
+    #: The carrier's statements committed with the entry.
+    carried: bool = False
+
+    def finished(self, result: Any) -> None:
+        """The node's body returned ``result`` (its entry is the step's next ledger write)."""
+        self.result = result
+        self.body_done = True
+
+    def give_up(self) -> None:
+        """No checkpoint came in time: the entry is written alone."""
+        if not self.calls.done():
+            self.calls.set_result([])
+
+
+@dataclass(eq=False)
+class HeldWrites:
+    """A fenced ``put_writes`` waiting for the superstep's checkpoint to carry it."""
+
+    calls: Rows
+    #: True once committed in another write's transaction; False: write it yourself.
+    sent: asyncio.Future[bool]
+
+
 class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
     """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
 
@@ -242,6 +291,16 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         #: Input checkpoints committed in a journal entry's transaction (tests, benchmarks).
         self.carried_puts = 0
         self._carried: dict[str, list[Carried]] = {}
+        #: Node steps' journal entries waiting for their superstep's checkpoint (see
+        #: :class:`NodeEntry`), by attempt.
+        self.deferred: dict[tuple[str, int, int], NodeEntry] = {}
+        #: How long a node's ``put_writes`` waits for the checkpoint to carry it (0: never).
+        self.hold_seconds = 0.005
+        #: Node ``put_writes`` committed in the checkpoint's transaction, and checkpoints
+        #: committed in a node step's journal transaction (tests, benchmarks).
+        self.held = 0
+        self.carried = 0
+        self._held: dict[tuple[str, int, int], list[HeldWrites]] = {}
 
     async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, as one call.
@@ -296,6 +355,10 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
 
     async def _fenced(self, config: RunnableConfig, sql: str, rows: list[tuple[Any, ...]],
                       stray: TaskWrite | None = None) -> None:
+        await self._fenced_all(config, [(sql, rows)], stray)
+
+    async def _fenced_all(self, config: RunnableConfig, calls: Rows,
+                          stray: TaskWrite | None = None) -> None:
         if not self.is_setup:   # (``setup`` takes the saver's lock even when it is done)
             await self.setup()
         owner = owner_of(config)
@@ -307,7 +370,8 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
             if stray is not None:
                 conn.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
                                                    stray.checkpoint_id, stray.task_id))
-            conn.executemany(sql, rows)
+            for sql, rows in calls:
+                conn.executemany(sql, rows)
 
         await self.in_transaction(write)
 
@@ -320,12 +384,71 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         thread = str(conf["thread_id"])
         rows = [(thread, conf["checkpoint_ns"], checkpoint["id"], conf.get("checkpoint_id"), type_,
                  blob, meta)]
-        if not (thread in self.carry_threads and metadata.get("source") == "input"
+        owner = owner_of(config) if self.deferred else None
+        entry = self.deferred.get(owner) if owner is not None else None
+        if entry is not None:
+            await self._put_with_entry(config, entry, rows)
+        elif not (thread in self.carry_threads and metadata.get("source") == "input"
                 and owner_of(config) is None and await self.carry(thread, _PUT, rows)):
             await self._fenced(config, _PUT, rows)
         return {"configurable": {"thread_id": conf["thread_id"],
                                  "checkpoint_ns": conf["checkpoint_ns"],
                                  "checkpoint_id": checkpoint["id"]}}
+
+    async def _put_with_entry(self, config: RunnableConfig, entry: NodeEntry,
+                              rows: list[tuple[Any, ...]]) -> None:
+        """The checkpoint (and the node's ``put_writes`` held for it) committed with the node
+        step's journal entry, in its transaction; once the step ended (its refusal is raised
+        here). If the entry went alone, or wrote nothing, they are written here, fenced."""
+        held = self._held.pop(entry.owner, [])
+        calls: Rows = [c for h in held for c in h.calls]
+        calls.append((_PUT, rows))
+        try:
+            if entry.ready.done() and not entry.calls.done():
+                entry.calls.set_result(calls)
+            if entry.task is not None:
+                await asyncio.shield(entry.task)
+            carried = entry.carried and entry.calls.done() and not entry.calls.cancelled() \
+                and entry.calls.result() is calls
+            if carried:
+                self.carried += 1
+            else:
+                await self._fenced_all(config, calls)
+        except BaseException:
+            for h in held:   # each is written again by its own call, checked on its own
+                if not h.sent.done():
+                    h.sent.set_result(False)
+            raise
+        for h in held:
+            if not h.sent.done():
+                h.sent.set_result(True)
+                self.held += 1
+
+    async def _hold(self, owner: tuple[str, int, int], calls: Rows) -> bool:
+        """Wait for the attempt's next checkpoint to commit ``calls`` with its own; False: it
+        did not come in time (or failed), write them yourself."""
+        loop = asyncio.get_running_loop()
+        held = HeldWrites(calls, loop.create_future())
+        self._held.setdefault(owner, []).append(held)
+        timer = loop.call_later(self.hold_seconds, self._release_held, owner, held)
+        try:
+            return await held.sent
+        finally:
+            timer.cancel()
+            self._drop_held(owner, held)
+
+    def _drop_held(self, owner: tuple[str, int, int], held: HeldWrites) -> bool:
+        waiting = self._held.get(owner)
+        if waiting is None or held not in waiting:
+            return False
+        waiting.remove(held)
+        if not waiting:
+            del self._held[owner]
+        return True
+
+    def _release_held(self, owner: tuple[str, int, int], held: HeldWrites) -> None:
+        if self._drop_held(owner, held) and not held.sent.done():
+            held.sent.set_result(False)
 
     async def carry(self, thread: str, sql: str, rows: list[tuple[Any, ...]]) -> bool:
         """Hold the input checkpoint of ``run_step``'s program until the step's journal entry
@@ -373,6 +496,12 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         sql, rows = self.task_rows(TaskWrite(
             thread_id=str(conf["thread_id"]), checkpoint_ns=str(conf["checkpoint_ns"]),
             checkpoint_id=str(conf["checkpoint_id"]), task_id=task_id, task_path=task_path), writes)
+        if stray is None and self.deferred and self.hold_seconds > 0 \
+                and not any(w[0] in WRITES_IDX_MAP for w in writes):
+            owner = owner_of(config)
+            if owner is not None and owner in self.deferred \
+                    and await self._hold(owner, [(sql, rows)]):
+                return  # committed with the node's entry and the superstep's checkpoint
         await self._fenced(config, sql, rows, stray)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -34,7 +34,9 @@ OWNER_KEYS = ("outlive_work", "outlive_attempt", "outlive_token")
 def owner_of(config: RunnableConfig | None) -> tuple[str, int, int] | None:
     """(work, attempt, token) a checkpoint write was made for, or None (not an outlive attempt)."""
     conf = (config or {}).get("configurable") or {}
-    work, attempt, token = (conf.get(k) for k in OWNER_KEYS)
+    # (three lookups, not a generator over OWNER_KEYS: this runs a few times a superstep)
+    work, attempt, token = conf.get("outlive_work"), conf.get("outlive_attempt"), \
+        conf.get("outlive_token")
     if work is None or attempt is None or token is None:
         return None
     return str(work), int(attempt), int(token)

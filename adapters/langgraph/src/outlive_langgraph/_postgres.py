@@ -21,9 +21,9 @@ saver pipelines its statements in one too), with no transaction left open betwee
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -50,19 +50,14 @@ from outlive.sqlstore import Read, Write, load_flow, pg_write_carries, pg_write_
 
 from ._backend import _CoreLedgerBackend
 from ._checkpoint import TaskWrites, may_write
-from ._context import TaskWrite, first_of, owner_of
+from ._context import TaskWrite, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
 
 #: The attempt a fenced ``aput``/``aput_writes`` in this task writes for (None: not fenced).
 _WRITING_FOR: ContextVar[tuple[str, int, int] | None] = ContextVar(
     "outlive_langgraph_pg_owner", default=None)
-#: A predicted task row to remove in this task's ``put_writes`` transaction (see ``TaskWrites``).
-_STRAY: ContextVar[TaskWrite | None] = ContextVar("outlive_langgraph_pg_stray", default=None)
 #: LangGraph rows a ledger write carries into its transaction: (statement, rows, written flag).
-#: Set by a fenced ``aput_writes`` of regular channels: its statements may wait for the next
-#: fenced write of the same attempt and go out in that write's statement.
-_HOLD: ContextVar[bool] = ContextVar("outlive_langgraph_pg_hold", default=False)
 _ALSO: ContextVar[tuple[str, list[Any], list[bool], Callable[[], Any] | None] | None] = ContextVar(
     "outlive_langgraph_pg_also", default=None)
 #: A node step's journal entry that waits for the superstep's checkpoint to carry it (set
@@ -114,28 +109,36 @@ class _Ledger(PostgresLedger):
 
     def __init__(self, url: str, *, extra_options: tuple[str, ...] = ()) -> None:
         super().__init__(url, extra_options=extra_options)
-        #: Work -> this process's commands on it still in flight (their futures end with them).
-        self._in_flight: dict[str, list[asyncio.Future[None]]] = {}
+        #: Work -> how many of this process's commands on it are in flight.
+        self._in_flight: dict[str, int] = {}
+        #: Work -> a future set when none is in flight any more (made by :meth:`settled` only).
+        self._settle: dict[str, asyncio.Future[None]] = {}
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
         """The core's command, known to be in flight until it ends (see :meth:`settled`)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        busy = self._in_flight.setdefault(work_id, [])
-        busy.append(done)
+        busy = self._in_flight
+        busy[work_id] = busy.get(work_id, 0) + 1
         try:
             return await super().execute(work_id, command)
         finally:
-            busy.remove(done)
-            if not busy:
-                del self._in_flight[work_id]
-            done.set_result(None)
+            left = busy[work_id] - 1
+            if left:
+                busy[work_id] = left
+            else:
+                del busy[work_id]
+                waiter = self._settle.pop(work_id, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
     async def settled(self, work_id: str) -> None:
-        """Wait until this process's commands on ``work_id`` that are in flight now have ended:
-        then the store's cache holds every change this process made to it. (A fenced write sent
+        """Wait until none of this process's commands on ``work_id`` is in flight: then the
+        store's cache holds every change this process made to it. (A fenced write sent
         meanwhile would find the head moved by our own journal entry and have to try again.)"""
-        while busy := self._in_flight.get(work_id):
-            await asyncio.shield(busy[-1])
+        while work_id in self._in_flight:
+            waiter = self._settle.get(work_id)
+            if waiter is None:
+                waiter = self._settle[work_id] = asyncio.get_running_loop().create_future()
+            await asyncio.shield(waiter)
 
     async def _write(self, req: Write) -> bool:
         deferred = _DEFER.get()
@@ -242,6 +245,27 @@ class _Recorder:
         self.calls.extend((query, tuple(params)) for params in params_seq)
 
 
+class _FencedCursor:
+    """``async with saver._cursor(...) as cur`` for a fenced ``aput``: a :class:`_Recorder`, its
+    statements sent fenced when the block ends without an error (a plain class: this is on
+    every superstep's path, and a generator-based context manager costs more)."""
+
+    __slots__ = ("owner", "recorder", "saver")
+
+    def __init__(self, saver: FencedAsyncPostgresSaver, owner: tuple[str, int, int]) -> None:
+        self.saver = saver
+        self.owner = owner
+        self.recorder = _Recorder()
+
+    async def __aenter__(self) -> _Recorder:
+        return self.recorder
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        if kind is None:
+            await self.saver._fenced(self.owner, None, self.recorder.calls, False)
+        return False
+
+
 class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
     """``AsyncPostgresSaver`` whose writes for an outlive attempt are fenced in the write itself.
 
@@ -308,7 +332,7 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
 
     async def _as_owner(self, config: RunnableConfig, write: Callable[[], Awaitable[Any]]) -> Any:
         owner = owner_of(config)
-        if owner is None and _STRAY.get() is None:
+        if owner is None:
             return await write()
         token = _WRITING_FOR.set(owner)
         try:
@@ -335,57 +359,56 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         done, stray = self.claim(config, writes, task_id, task_path)
         if done:
             return  # committed with the step's journal entry, in its transaction
-        if stray is None and owner_of(config) is None:
+        owner = owner_of(config)
+        if stray is None and owner is None:
             await super().aput_writes(config, writes, task_id, task_path)  # not fenced: LangGraph's
             return
         special = any(w[0] in WRITES_IDX_MAP for w in writes)
-        token = _STRAY.set(stray)
-        hold = _HOLD.set(stray is None and not special and self.hold_seconds > 0)
-        try:
-            await self._as_owner(config, lambda: self._put_writes(config, writes, task_id,
-                                                                  task_path, special))
-        finally:
-            _HOLD.reset(hold)
-            _STRAY.reset(token)
-
-    async def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str, special: bool) -> None:
-        """``AsyncPostgresSaver.aput_writes``'s statements, its rows made on the loop: its
-        ``to_thread`` hop costs more than a step's few rows, and a write that reaches the
-        fence at once can be held for the checkpoint that follows it (``_cursor``)."""
+        # ``AsyncPostgresSaver.aput_writes``'s statements, its rows made here on the loop (its
+        # ``to_thread`` hop costs more than a step's few rows), sent fenced (``_fenced``).
         conf = config["configurable"]
-        params = self._dump_writes(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"],
-                                   task_id, task_path, writes)
         query = self.UPSERT_CHECKPOINT_WRITES_SQL if special else self.INSERT_CHECKPOINT_WRITES_SQL
-        async with self._cursor(pipeline=True) as cur:
-            await cur.executemany(query, params)
+        calls: list[tuple[str, Sequence[Any]]] = [
+            (query, tuple(row)) for row in self._dump_writes(
+                conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"], task_id,
+                task_path, writes)]
+        hold = stray is None and not special and self.hold_seconds > 0
+        # Rolled back by the server while a ledger writer held the head: nothing landed.
+        await while_busy(functools.partial(self._fenced, owner, stray, calls, hold),
+                         self.ledger.options["timeout"])
 
-    @asynccontextmanager
-    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[psycopg.AsyncCursor[DictRow]]:
-        """Where LangGraph's statements go: for a fenced write, kept and sent fenced at the end.
+    def _cursor(self, *, pipeline: bool = False) -> Any:
+        """Where LangGraph's statements go: for a fenced ``aput``, kept and sent fenced at the end
+        (:class:`_FencedCursor`); otherwise LangGraph's own cursor.
 
-        A fenced ``put_writes`` of regular channels is held (up to :attr:`hold_seconds`) for the
-        next fenced write of the same attempt, which sends both as one statement: LangGraph
-        saves a superstep's task writes and then, at once, its checkpoint, and awaits only the
-        checkpoint. One commit for the two instead of two, and the task writes no longer land
-        beside the next step's journal entry (each waits for the other on the work's head row).
-        A held write not taken in time is sent alone, as before.
+        (A fenced ``aput_writes`` makes its statements itself and sends them the same way,
+        :meth:`_fenced`.) A fenced ``put_writes`` of regular channels is held (up to
+        :attr:`hold_seconds`) for the next fenced write of the same attempt, which sends both
+        as one statement: LangGraph saves a superstep's task writes and then, at once, its
+        checkpoint, and awaits only the checkpoint. One commit for the two instead of two, and
+        the task writes no longer land beside the next step's journal entry (each waits for the
+        other on the work's head row). A held write not taken in time is sent alone, as before.
 
         (``_cursor`` is the one place ``AsyncPostgresSaver`` opens a cursor; the version range in
         pyproject.toml keeps it.)
         """
-        owner, stray = _WRITING_FOR.get(), _STRAY.get()
-        if owner is None and stray is None:
-            async with super()._cursor(pipeline=pipeline) as cur:
-                yield cur
-            return
-        recorder = _Recorder()
-        yield recorder  # type: ignore[misc]
+        owner = _WRITING_FOR.get()
+        if owner is None:
+            return super()._cursor(pipeline=pipeline)
+        return _FencedCursor(self, owner)
+
+    async def _fenced(self, owner: tuple[str, int, int] | None, stray: TaskWrite | None,
+                      calls: list[tuple[str, Sequence[Any]]], hold: bool) -> None:
+        """LangGraph's statements ``calls`` for ``owner``, fenced: held for the attempt's next
+        fenced write (``hold``, see :meth:`_cursor`), carried by a node step's journal entry,
+        or sent as one statement conditional on the head; with a predicted task row to remove
+        (``stray``), or when none of those can be made, in the locked transaction."""
         if stray is None and owner is not None:
-            if _HOLD.get() and await self._hold(owner, recorder.calls):
+            if hold and await self._hold(owner, calls):
                 return  # sent, whole, in the statement of the write that took it
             held = self._held.pop(owner, [])
-            calls = [c for h in held for c in h.calls] + recorder.calls
+            if held:
+                calls = [c for h in held for c in h.calls] + calls
             try:
                 deferred = self.deferred.get(owner)
                 if deferred is not None and await self._carry(deferred, calls):
@@ -408,7 +431,7 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
                     h.sent.set_result(True)
                     self.held += 1
             return
-        await self._locked_write(owner, stray, recorder.calls)
+        await self._locked_write(owner, stray, calls)
 
     async def _carry(self, deferred: _Deferred, calls: list[tuple[str, Sequence[Any]]]) -> bool:
         """Hand ``calls`` to a node step's entry waiting for them and wait for the step to end
@@ -720,11 +743,17 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
             if saver.deferred.get(owner) is deferred:
                 del saver.deferred[owner]
             deferred.give_up()
+            if not deferred.ready.done():
+                deferred.ready.set_result(None)   # the node returns the step's own outcome
             if not task.cancelled():
                 task.exception()   # retrieved: a carrier (or the node) raises it
 
         step.add_done_callback(ended)
-        await first_of(deferred.ready, step)
+        try:
+            await deferred.ready   # the entry waits for its carrier, or the step ended
+        except BaseException:
+            step.cancel()   # nobody would await it
+            raise
         if step.done():   # restored, refused, failed, or written without a carrier
             return step.result()
         return deferred.result
