@@ -26,7 +26,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
@@ -260,16 +260,59 @@ class NodeEntry:
             self.calls.set_result([])
 
 
-@dataclass(eq=False)
-class HeldWrites:
-    """A fenced ``put_writes`` waiting for the superstep's checkpoint to carry it."""
+_Call = TypeVar("_Call")
 
-    calls: Rows
+
+@dataclass(eq=False)
+class HeldWrites(Generic[_Call]):
+    """A fenced ``put_writes`` waiting for another fenced write of its attempt to carry it."""
+
+    calls: list[_Call]
     #: True once committed in another write's transaction; False: write it yourself.
     sent: asyncio.Future[bool]
 
 
-class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
+class HoldsWrites(Generic[_Call]):
+    """A saver whose fenced ``put_writes`` may wait briefly to ride the attempt's next write.
+
+    Shared by both fenced savers: the SQLite one's checkpoint transaction and the PostgreSQL
+    one's next fenced statement carry what waits here (one commit fewer); a write nobody took
+    within :attr:`hold_seconds` is released, and its caller writes it alone.
+    """
+
+    #: How long a held ``put_writes`` waits for a write to carry it (0: never).
+    hold_seconds: float
+    _held: dict[tuple[str, int, int], list[HeldWrites[_Call]]]
+
+    async def _hold(self, owner: tuple[str, int, int], calls: list[_Call]) -> bool:
+        """Wait for the attempt's next write to commit ``calls`` with its own; False: it did not
+        come in time (or failed), write them yourself."""
+        loop = asyncio.get_running_loop()
+        held = HeldWrites(calls, loop.create_future())
+        self._held.setdefault(owner, []).append(held)
+        timer = loop.call_later(self.hold_seconds, self._release_held, owner, held)
+        try:
+            return await held.sent
+        finally:
+            timer.cancel()
+            self._drop_held(owner, held)
+
+    def _drop_held(self, owner: tuple[str, int, int], held: HeldWrites[_Call]) -> bool:
+        waiting = self._held.get(owner)
+        if waiting is None or held not in waiting:
+            return False
+        waiting.remove(held)
+        if not waiting:
+            del self._held[owner]
+        return True
+
+    def _release_held(self, owner: tuple[str, int, int], held: HeldWrites[_Call]) -> None:
+        if self._drop_held(owner, held) and not held.sent.done():
+            held.sent.set_result(False)
+
+
+class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
+                              HoldsWrites[tuple[str, list[tuple[Any, ...]]]]):
     """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
 
     Each write is one call in aiosqlite's thread: ``BEGIN IMMEDIATE``, read the work through the
@@ -300,7 +343,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
         #: committed in a node step's journal transaction (tests, benchmarks).
         self.held = 0
         self.carried = 0
-        self._held: dict[tuple[str, int, int], list[HeldWrites]] = {}
+        self._held = {}
 
     async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, as one call.
@@ -423,32 +466,6 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites):
             if not h.sent.done():
                 h.sent.set_result(True)
                 self.held += 1
-
-    async def _hold(self, owner: tuple[str, int, int], calls: Rows) -> bool:
-        """Wait for the attempt's next checkpoint to commit ``calls`` with its own; False: it
-        did not come in time (or failed), write them yourself."""
-        loop = asyncio.get_running_loop()
-        held = HeldWrites(calls, loop.create_future())
-        self._held.setdefault(owner, []).append(held)
-        timer = loop.call_later(self.hold_seconds, self._release_held, owner, held)
-        try:
-            return await held.sent
-        finally:
-            timer.cancel()
-            self._drop_held(owner, held)
-
-    def _drop_held(self, owner: tuple[str, int, int], held: HeldWrites) -> bool:
-        waiting = self._held.get(owner)
-        if waiting is None or held not in waiting:
-            return False
-        waiting.remove(held)
-        if not waiting:
-            del self._held[owner]
-        return True
-
-    def _release_held(self, owner: tuple[str, int, int], held: HeldWrites) -> None:
-        if self._drop_held(owner, held) and not held.sent.done():
-            held.sent.set_result(False)
 
     async def carry(self, thread: str, sql: str, rows: list[tuple[Any, ...]]) -> bool:
         """Hold the input checkpoint of ``run_step``'s program until the step's journal entry

@@ -49,7 +49,7 @@ from outlive.records import WorkState
 from outlive.sqlstore import Read, Write, load_flow, pg_write_carries, pg_write_with
 
 from ._backend import _CoreLedgerBackend
-from ._checkpoint import TaskWrites, may_write
+from ._checkpoint import HoldsWrites, TaskWrites, may_write
 from ._context import TaskWrite, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
@@ -187,15 +187,6 @@ async def _nothing_in_flight(work_id: str) -> None:
 
 
 @dataclass(eq=False)
-class _Held:
-    """A fenced ``put_writes`` waiting for the next fenced write of its attempt to carry it."""
-
-    calls: list[tuple[str, Sequence[Any]]]
-    #: True once sent (committed) in another write's statement; False: send it yourself.
-    sent: asyncio.Future[bool]
-
-
-@dataclass(eq=False)
 class _Deferred:
     """A node step's journal entry waiting for the superstep's next fenced write to carry it.
 
@@ -266,7 +257,8 @@ class _FencedCursor:
         return False
 
 
-class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
+class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
+                               HoldsWrites[tuple[str, Sequence[Any]]]):
     """``AsyncPostgresSaver`` whose writes for an outlive attempt are fenced in the write itself.
 
     The owner check is asked on the work as this process last saw it (the core store's cache;
@@ -299,7 +291,7 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         self.hold_seconds = 0.005
         #: Fenced ``put_writes`` sent in the next write's statement (tests, benchmarks).
         self.held = 0
-        self._held: dict[tuple[str, int, int], list[_Held]] = {}
+        self._held = {}
         #: Node steps' journal entries waiting for this attempt's next fenced write to carry them.
         self.deferred: dict[tuple[str, int, int], _Deferred] = {}
         #: Task id -> the end of a journal write carrying that task's row, sent but maybe not
@@ -460,33 +452,6 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites):
         if len(single[1]) + sum(len(args) for _, args in ctes) > _MAX_PARAMS:
             return None
         return pg_write_with(single, ctes)
-
-    async def _hold(self, owner: tuple[str, int, int],
-                    calls: list[tuple[str, Sequence[Any]]]) -> bool:
-        """Wait for the next fenced write of ``owner`` to send ``calls`` with its own; False: it
-        did not come in time (or failed), send them yourself."""
-        loop = asyncio.get_running_loop()
-        held = _Held(calls, loop.create_future())
-        self._held.setdefault(owner, []).append(held)
-        timer = loop.call_later(self.hold_seconds, self._release, owner, held)
-        try:
-            return await held.sent
-        finally:
-            timer.cancel()
-            self._drop(owner, held)
-
-    def _drop(self, owner: tuple[str, int, int], held: _Held) -> bool:
-        waiting = self._held.get(owner)
-        if waiting is None or held not in waiting:
-            return False
-        waiting.remove(held)
-        if not waiting:
-            del self._held[owner]
-        return True
-
-    def _release(self, owner: tuple[str, int, int], held: _Held) -> None:
-        if self._drop(owner, held) and not held.sent.done():
-            held.sent.set_result(False)
 
     def _one_statement(self, calls: list[tuple[str, Sequence[Any]]]
                        ) -> tuple[str, list[Any]] | None:
