@@ -8,7 +8,10 @@ One server, one deployment of ``step_cost_app``. Each round runs one invocation 
 ``raw``        - ``ctx.run_typed`` steps (the baseline of ``make bench-restate``);
 ``raw + set``  - the same, each followed by one small ``ctx.set`` (what a state key per step costs);
 ``raw + sets/100`` - the same ``ctx.set`` per step, made in bursts every 100 steps (as a flush);
-``owner``      - ``Worker.step`` in the owner shape (``bench_desk``, :func:`outlive_restate.attempt`).
+``owner``      - ``Worker.step`` in the owner shape (``bench_desk``, :func:`outlive_restate.attempt`);
+``held``       - ``Worker.step`` in the handler shape as a dispatched attempt runs it (renewed,
+                 step writes held and sent in batches to outlive's ledger object, whose
+                 invocations run in the same deployment and are counted with it).
 
 For each: the SDK state-machine calls and HTTP/2 frames per step (deterministic, counted in the
 deployment), and the CPU per step of the restate-server and of the deployment process (from
@@ -46,6 +49,7 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
         pids = {"server": server.server.pid, "deployment": server.deployment.pid}
         base = server.ingress
         async with await outlive.open_backend(server.url) as desk, \
+                await outlive.open_backend(server.url.replace("&ledger=bench_desk", "")) as own, \
                 httpx.AsyncClient(timeout=600) as http:
             assert isinstance(desk, RestateBackend)
 
@@ -60,6 +64,11 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
                 await ctl.open_work(work)
                 await ctl.publish(work, "v1", {"report": "cost"})
                 att = await ctl.admit(work, keyed=False)
+                held = f"cost/{uuid.uuid4().hex[:8]}"
+                own_ctl = Controller(own)   # on outlive's own ledger object
+                await own_ctl.open_work(held)
+                await own_ctl.publish(held, "v1", {"report": "cost"})
+                held_att = await own_ctl.admit(held, keyed=False)
                 return {
                     "raw": ("cost/raw_only", {"n": n}, None),
                     "raw + set": (f"bench_desk/{uuid.uuid4().hex[:8]}/raw_sets",
@@ -68,6 +77,8 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
                                        {"n": n, "sets": 1, "every": 100}, None),
                     "owner": (f"bench_desk/{work.replace('/', '%2F')}/owned_only", {"n": n},
                               attempt_headers(work, att, "bench_desk")),
+                    "held": ("cost/held_only", {"n": n},
+                             attempt_headers(held, held_att, renew_ms=20_000)),
                 }
 
             await call("cost/raw_only", {"n": 20})

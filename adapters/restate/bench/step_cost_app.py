@@ -67,6 +67,16 @@ async def owned_only(ctx: restate.ObjectContext, arg: dict[str, Any]) -> str:
     return "done"
 
 
+@cost.handler()
+async def held_only(ctx: restate.Context, arg: dict[str, Any]) -> str:
+    """The handler shape as a dispatched attempt runs it: step writes held, then written."""
+    async with outlive_restate.attempt(ctx, write="held") as w:
+        for i in range(int(arg["n"])):
+            await w.step(f"s{i}", _body, i=External(i))
+        await w.heartbeat()   # the writes still held are stored before the invocation ends
+    return "done"
+
+
 @bench_desk.handler()
 async def raw_sets(ctx: restate.ObjectContext, arg: dict[str, Any]) -> str:
     """Raw steps and ``sets`` small state writes per step (what an index key costs), made

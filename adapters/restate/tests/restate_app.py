@@ -18,6 +18,7 @@ import restate
 
 import outlive_restate
 from outlive import External, Worker
+from outlive_restate import _ledger
 
 _EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "restate_owner")
 if _EXAMPLE not in sys.path:
@@ -78,6 +79,13 @@ async def many(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
                 await w.step(f"q{i}", _echo, i=External("x" * (300 * 1024)))
             await w.step(f"q{i}", _echo, i=External(i))
         return {"steps": len(w.steps)}
+
+
+@reports.handler()
+async def sent_taken(ctx: restate.Context, arg: Any) -> int:
+    """How many commands this deployment's ledger took as sent (not decoded again)."""
+    del ctx, arg
+    return _ledger.taken
 
 
 @desk.handler()

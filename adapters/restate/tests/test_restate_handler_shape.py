@@ -30,7 +30,7 @@ from outlive._launch import free_port, port_open, stop_process, wait_until
 from outlive.errors import InvalidRecord, StaleOwner
 from outlive.records import AttemptState, WorkState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
-from outlive_restate import RestateBackend, RestateDispatcher
+from outlive_restate import RestateBackend, RestateDispatcher, _errors, _ledger
 from outlive_restate._errors import from_message
 from outlive_restate.server import RestateServer
 
@@ -177,6 +177,48 @@ async def test_held_step_writes_reach_the_ledger_together_in_order(
     assert [r for *_, r in journals[0]] == [1] * 300
     assert [int(step[1:]) for step, *_ in journals[0]] == list(range(300))
     assert writes == [1 + 2, 1 + 300]
+
+
+async def test_a_command_is_taken_as_sent_only_for_the_very_bytes_sent() -> None:
+    """What the ledger takes as sent is the command those exact bytes encode: once, and never
+    for other bytes that end the same way (decoded instead)."""
+    entry = L.StepWrite(step="s1", sources={}, input_key="k" * 64, result=[1, "x"],
+                        result_id="r" * 64)
+    cmd = L.RecordSteps(attempt=1, token=3, at=5, entries=(entry,))
+    raw = _errors.dumps(cmd)
+    assert _ledger._received(_ledger.sent(raw, cmd)) is cmd
+    again = _ledger._received(raw)            # taken once: decoded the second time
+    assert again == cmd and again is not cmd
+    forged = raw.replace(b'"attempt":1', b'"attempt":2', 1)
+    assert forged != raw and forged[-_ledger._TAIL:] == raw[-_ledger._TAIL:]
+    _ledger.sent(raw, cmd)
+    got = _ledger._received(forged)
+    assert isinstance(got, L.RecordSteps) and got.attempt == 2
+    for i in range(_ledger._SENT_MAX + 1):   # bounded: a process whose ledger is elsewhere
+        _ledger.sent(raw.replace(b'"at":5', b'"at":%d' % (100 + i)), cmd)
+    assert len(_ledger._SENT) <= _ledger._SENT_MAX
+
+
+async def test_held_writes_reach_the_ledger_decoded_once(backend: RestateBackend,
+                                                        server: RestateServer) -> None:
+    """The deployment that sends a batch of held writes also serves the ledger object that
+    applies it: the ledger takes the command as sent instead of decoding its bytes again. Two
+    batches (256 steps, then the rest with the finish), both taken; the journal is whole."""
+    async def taken() -> int:
+        async with httpx.AsyncClient() as http:
+            r = await http.post(f"{server.ingress}/reports/sent_taken", json=None)
+            r.raise_for_status()
+            got: int = r.json()
+            return got
+
+    before = await taken()
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    await opened(backend, work)
+    await backend.start_work(work, service="reports", handler="many", arg={"n": 300},
+                             lease=timedelta(seconds=60))
+    st = await until("the attempt to finish", partial(finished, backend, work), timeout=90)
+    assert [e.result for e in st.journal] == list(range(300))
+    assert await taken() - before == 2
 
 
 async def test_a_held_step_write_reaches_the_ledger_by_the_next_renewal(

@@ -61,7 +61,7 @@ from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
 from . import _errors
-from ._ledger import EXECUTE, LEDGER, LOAD, _encode_entry, _View, _write, read_all
+from ._ledger import EXECUTE, LEDGER, LOAD, _encode_entry, _View, _write, read_all, sent
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -307,7 +307,8 @@ class HandlerBackend(Backend):
         """
         held = self._held_command()
         if held is not None:
-            self.ctx.generic_send(self.ledger, EXECUTE, _errors.dumps(held[1]), key=held[0])
+            self.ctx.generic_send(self.ledger, EXECUTE, sent(_errors.dumps(held[1]), held[1]),
+                                  key=held[0])
 
     async def write_held(self) -> L.Outcome | None:
         """Write the held step writes now, as one ``RecordSteps``, and wait for the answer."""
