@@ -134,9 +134,7 @@ _TAIL = 160
 
 def sent(raw: bytes, cmd: L.Command) -> bytes:
     """Remember that ``raw`` is ``cmd`` encoded, as sent to a ledger (see :data:`_SENT`)."""
-    if len(_SENT) >= _SENT_MAX:
-        _SENT.pop(next(iter(_SENT)))
-    _SENT[raw[-_TAIL:]] = (raw, cmd)
+    _keep(_SENT, _SENT_MAX, raw[-_TAIL:], raw, cmd)
     return raw
 
 
@@ -154,10 +152,16 @@ def _received(raw: bytes) -> Any:
     return codec.loads(raw)
 
 
+def _keep(cache: dict[Any, tuple[bytes, Any]], most: int, key: Any, raw: bytes,
+          value: Any) -> None:
+    """``cache[key] = (raw, value)``, the oldest key dropped first to keep at most ``most``."""
+    if key not in cache and len(cache) >= most:
+        cache.pop(next(iter(cache)))
+    cache[key] = (raw, value)
+
+
 def _remember(key: tuple[str, str], raw: bytes, value: Any) -> None:
-    if key not in _DECODED and len(_DECODED) >= _CACHE_MAX:
-        _DECODED.pop(next(iter(_DECODED)))
-    _DECODED[key] = (raw, value)
+    _keep(_DECODED, _CACHE_MAX, key, raw, value)
 
 
 _Core = tuple[int, int | None, dict[str, tuple[int, int]], WorkState]
