@@ -220,8 +220,9 @@ class Carried:
     done: asyncio.Future[bool]
 
 
-#: LangGraph's statements for one write: (statement, rows).
-Rows = list[tuple[str, list[tuple[Any, ...]]]]
+#: One of LangGraph's statements (statement, rows), and those of one write.
+Statement = tuple[str, list[tuple[Any, ...]]]
+Rows = list[Statement]
 
 
 @dataclass(eq=False)
@@ -312,7 +313,7 @@ class HoldsWrites(Generic[_Call]):
 
 
 class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
-                              HoldsWrites[tuple[str, list[tuple[Any, ...]]]]):
+                              HoldsWrites[Statement]):
     """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
 
     Each write is one call in aiosqlite's thread: ``BEGIN IMMEDIATE``, read the work through the
