@@ -51,6 +51,25 @@ async def test_end_of_attempt_persistence_writes_with_the_candidate(backend: out
     assert dep is not None and dep.digest == cand.digest
 
 
+async def test_a_result_changed_after_its_step_is_journaled_as_the_step_returned_it(
+        backend: outlive.Backend) -> None:
+    """A step's write held until the candidate (``persist="end"``) keeps the result as the step
+    returned it: the caller changing the returned dict or list afterwards changes neither the
+    journal nor what a successor restores."""
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    w = Worker(backend, await ctl.admit("w"), V1, persist="end")
+    await w.start()
+    got = await w.step("s1", lambda **kw: {"summary": "sum", "notes": ["a"]}, s1=V1["s1"])
+    got["summary"] = "changed"
+    got["notes"].append("b")
+    await w.candidate({"sections": 1}, steps=["s1"])
+    st = await backend.load("w")
+    assert st is not None
+    assert [e.result for e in st.journal] == [{"summary": "sum", "notes": ["a"]}]
+
+
 async def test_no_answer_leaves_the_intent_open_and_a_resend_settles_it(
         backend: outlive.Backend) -> None:
     _ctl, w = await setup(backend)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from . import _observe
 from . import ledger as L
-from ._clone import maker, quick_init
+from ._clone import clone, maker, quick_init
 from .backend import Backend, StepCall
 from .errors import (
     AttemptEnded,
@@ -278,7 +278,8 @@ class Worker:
         else:
             result = await self.backend.run_step(p.call, p.body)
             L.check_size(result, f"result of step {name!r}")
-            self._pending.append(p.write(result))
+            # a copy: the caller may change the returned value before the write leaves
+            self._pending.append(p.write(clone(result)))
         self._remember(p, result, p.rid, restored=False)
         return result
 

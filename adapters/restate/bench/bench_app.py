@@ -143,3 +143,59 @@ async def takeover(ctx: restate.Context, arg: dict[str, Any]) -> str:
 
 
 app = restate.app([bench, bench_desk, bench_sink, *outlive_restate.services()])
+
+
+@bench.handler()
+async def ladder(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
+    """Where a held step's cost comes from: raw steps alternate with one rung of the ladder
+    from a raw step to the held step (``held_ladder.py``). A diagnostic: the rungs below
+    ``held`` drop or redirect outlive's writes, which no attempt may do.
+
+    ``plain``  - a raw ``ctx.run_typed`` step with the name and value size of outlive's;
+    ``run``    - :meth:`HandlerBackend.run_step` (the journaled value and time), no renewal;
+    ``raced``  - the same, raced against the renewal timer;
+    ``worker`` - :meth:`Worker.step` with the held writes dropped, no renewal;
+    ``worker raced`` - the same, raced against the renewal timer;
+    ``sink``   - :meth:`Worker.step`, each batch sent to an empty handler instead of the ledger;
+    ``held``   - :meth:`Worker.step` as a dispatched attempt runs it (the bench's held row).
+    """
+    from outlive.backend import StepCall
+    from outlive_restate import _errors
+
+    rung = str(arg["rung"])
+    n, chunk = int(arg["n"]), int(arg["chunk"])
+    if rung == "plain":
+        async def plain(i: int) -> None:
+            async def action() -> bytes:
+                return b'{"v":%d,"t":%d}' % (i, int(time.time() * 1000))
+            await ctx.run_typed(f"step:s{i}#1", action, restate.RunOptions(max_attempts=1, serde=_B))
+        return await _alternate(ctx, n, chunk, plain)
+    async with outlive_restate.attempt(ctx, write="held") as w:
+        backend = w.backend
+        assert isinstance(backend, outlive_restate.HandlerBackend) and backend.hold > 0
+        if rung in ("run", "worker"):
+            backend.renew_ms = None
+        if rung in ("run", "raced", "worker", "worker raced"):
+            backend.send_held = backend._held_command   # type: ignore[assignment,method-assign]
+        elif rung == "sink":
+            def sink() -> None:
+                held = backend._held_command()
+                if held is not None:
+                    ctx.generic_send("bench_sink", "noop", _errors.dumps(held[1]), key=held[0])
+            backend.send_held = sink   # type: ignore[method-assign]
+
+        async def step(i: int) -> None:
+            if rung in ("run", "raced"):
+                async def body() -> int:
+                    return i
+                call = StepCall(work_id=w.work_id, attempt=w.attempt.number, token=w.token,
+                                step=f"s{i}", input_key="k", persist="step")
+                await backend.run_step(call, body)
+                return
+            await w.step(f"s{i}", _body, i=External(i))
+
+        async def written() -> None:
+            backend.send_held()
+            await w.heartbeat()
+
+        return await _alternate(ctx, n, chunk, step, written, settle_last=True)

@@ -68,6 +68,10 @@ async def _echo(i: int) -> int:
     return i
 
 
+async def _boxed(i: int) -> dict[str, Any]:
+    return {"i": i, "seen": [i]}
+
+
 @reports.handler()
 async def many(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
     """Quick steps, as many as asked (external inputs): what held step writes are for."""
@@ -77,6 +81,11 @@ async def many(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
                 raise restate.TerminalError("the handler gives up")   # the user's own
             if i == arg.get("too_large_at"):   # a result over the payload limit: refused
                 await w.step(f"q{i}", _echo, i=External("x" * (300 * 1024)))
+            if arg.get("dicts"):   # a result the handler changes after its step
+                got = await w.step(f"q{i}", _boxed, i=External(i))
+                got["i"] = -1
+                got["seen"].append("changed")
+                continue
             await w.step(f"q{i}", _echo, i=External(i))
         return {"steps": len(w.steps)}
 

@@ -179,6 +179,19 @@ async def test_held_step_writes_reach_the_ledger_together_in_order(
     assert writes == [1 + 2, 1 + 300]
 
 
+async def test_a_held_write_keeps_the_result_as_the_step_returned_it(
+        backend: RestateBackend) -> None:
+    """A held step write leaves after the step returned: the handler changing the dict it got
+    back (in place, before the batch is sent) changes neither the ledger's journal nor what a
+    successor would restore."""
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    await opened(backend, work)
+    await backend.start_work(work, service="reports", handler="many",
+                             arg={"n": 3, "dicts": True}, lease=timedelta(seconds=60))
+    st = await until("the attempt to finish", partial(finished, backend, work), timeout=90)
+    assert [e.result for e in st.journal] == [{"i": i, "seen": [i]} for i in range(3)]
+
+
 async def test_a_command_is_taken_as_sent_only_for_the_very_bytes_sent() -> None:
     """What the ledger takes as sent is the command those exact bytes encode: once, and never
     for other bytes that end the same way (decoded instead)."""

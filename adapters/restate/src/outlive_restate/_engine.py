@@ -54,7 +54,7 @@ from restate.server_context import current_context
 
 from outlive import codec
 from outlive import ledger as L
-from outlive._clone import evolve
+from outlive._clone import clone, evolve
 from outlive.backend import Backend, StepCall
 from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected
 from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
@@ -247,9 +247,10 @@ class HandlerBackend(Backend):
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
         result = await self.run_step(call, fn)
-        cmd = record(result)
-        if self.write == "held" and isinstance(cmd, L.RecordSteps) and \
-                self._held_work in ("", call.work_id):
+        held = self.write == "held" and self._held_work in ("", call.work_id)
+        # a held write leaves later, so it keeps a copy: the caller may change the value returned
+        cmd = record(clone(result) if held else result)
+        if held and isinstance(cmd, L.RecordSteps):
             return result, self._hold(call.work_id, cmd)
         self.send_held()
         if self.write == "call":
