@@ -27,7 +27,7 @@ import restate
 from restate.serde import BytesSerde
 
 import outlive_restate
-from outlive import External
+from outlive import External, Worker
 
 bench = restate.Service("bench")
 bench_desk = outlive_restate.keep_ledger(restate.VirtualObject("bench_desk"))
@@ -91,6 +91,20 @@ async def floor(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
     return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step)
 
 
+def _written(w: Worker) -> Callable[[], Awaitable[bool]]:
+    """What ends a held attempt's last timed chunk: what is still held after the last step,
+    and the held writes sent before, are stored inside the timed chunks too (the beat queues
+    behind them)."""
+    backend = w.backend
+    assert isinstance(backend, outlive_restate.HandlerBackend) and backend.hold > 0
+
+    async def written() -> bool:
+        backend.send_held()
+        return await w.heartbeat()
+
+    return written
+
+
 @bench.handler()
 async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
     write = arg.get("write", "send")
@@ -107,16 +121,7 @@ async def outlive(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]
             # chunk would)
             settle = w.heartbeat
         elif write == "held":
-            backend = w.backend
-            assert isinstance(backend, outlive_restate.HandlerBackend) and backend.hold > 0
-
-            async def written() -> None:
-                # what is still held after the last step, and the held writes sent before,
-                # are stored inside the timed chunks too: the beat queues behind them
-                backend.send_held()
-                await w.heartbeat()
-
-            settle = written
+            settle = _written(w)
         return await _alternate(ctx, int(arg["n"]), int(arg["chunk"]), step, settle,
                                 settle_last=write == "held")
 
@@ -194,8 +199,4 @@ async def ladder(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, float]:
                 return
             await w.step(f"s{i}", _body, i=External(i))
 
-        async def written() -> None:
-            backend.send_held()
-            await w.heartbeat()
-
-        return await _alternate(ctx, n, chunk, step, written, settle_last=True)
+        return await _alternate(ctx, n, chunk, step, _written(w), settle_last=True)

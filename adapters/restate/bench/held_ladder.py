@@ -48,12 +48,11 @@ async def main(runs: int) -> dict[str, list[float]]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE))
     res = asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 9))
     print(f"held step ladder, ratio to raw in the same invocation, {len(res['held'])} runs:")
     prev = None
     for rung, values in res.items():
         med = statistics.median(values)
-        step = "" if prev is None else f"  (+{med - prev:.3f})"
+        step = "" if prev is None else f"  ({med - prev:+.3f})"
         print(f"  {rung:14s} {med:.3f} [{min(values):.3f}-{max(values):.3f}]{step}")
         prev = med
