@@ -54,7 +54,7 @@ async def _call(http: httpx.AsyncClient, url: str, body: Any,
 async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict[str, Any]:
     """Each run: one invocation per shape, raw and shaped steps alternating inside it."""
     shapes = ("owner shape", "owner shape (renewed)", "handler shape (held)",
-              "floor (raw + call)", "outlive (send)", "outlive (call)")
+              "held, 3x the steps", "floor (raw + call)", "outlive (send)", "outlive (call)")
     got: dict[str, list[dict[str, float]]] = {name: [] for name in shapes}
     async with await outlive.open_backend(server.url) as backend, \
             await outlive.open_backend(server.url + "&ledger=bench_desk") as desk, \
@@ -84,6 +84,13 @@ async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict
             got["handler shape (held)"].append(await _call(
                 http, f"{base}/bench/outlive", {**arg, "n": held_n, "write": "held"},
                 attempt_headers(work, att, renew_ms=20_000)))
+            # the same three times as long: what the attempt pays once (its last held writes
+            # stored, the beat that waits for them) spread over three times the steps
+            work = f"bench/{uuid.uuid4().hex[:8]}"
+            att = await _admitted(backend, work)
+            got["held, 3x the steps"].append(await _call(
+                http, f"{base}/bench/outlive", {**arg, "n": 3 * held_n, "write": "held"},
+                attempt_headers(work, att, renew_ms=20_000)))
             got["floor (raw + call)"].append(await _call(
                 http, f"{base}/bench/floor", {**arg, "key": uuid.uuid4().hex}))
             for write in ("send", "call"):
@@ -94,13 +101,23 @@ async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict
                     attempt_headers(work, att)))
     out: dict[str, Any] = {"steps": n, "chunk": chunk, "runs": runs, "shapes": {}}
     for name, values in got.items():
-        steps = held_n if name == "handler shape (held)" else n
+        steps = {"handler shape (held)": held_n, "held, 3x the steps": 3 * held_n}.get(name, n)
         per_run = [v["other"] / v["raw"] for v in values]
         out["shapes"][name] = {
+            "steps": steps,
             "ms_per_step": statistics.median(v["other"] for v in values) / steps,
             "raw_ms_per_step": statistics.median(v["raw"] for v in values) / steps,
+            "settle_ms": statistics.median(v["settle"] for v in values),
             "ratio_median": statistics.median(per_run),
             "ratio_min": min(per_run), "ratio_max": max(per_run), "per_run": per_run}
+    # The held step's cost with the attempt's one-off part taken out: the extra time of the
+    # longer invocation over the extra raw time, run by run (the two ran one after the other)
+    short, long_ = got["handler shape (held)"], got["held, 3x the steps"]
+    marginal = [(b["other"] - a["other"]) / (b["raw"] - a["raw"])
+                for a, b in zip(short, long_, strict=True)]
+    out["held_marginal"] = {"ratio_median": statistics.median(marginal),
+                            "ratio_min": min(marginal), "ratio_max": max(marginal),
+                            "per_run": marginal}
     return out
 
 
@@ -161,6 +178,12 @@ def report(res: dict[str, Any]) -> None:
         per = ", ".join(f"{x:.2f}" for x in v["per_run"])
         print(f"  {name:21s} {v['ms_per_step']:7.3f}  {v['raw_ms_per_step']:11.3f}  "
               f"{v['ratio_median']:.2f}x [{v['ratio_min']:.2f}-{v['ratio_max']:.2f}] ({per})")
+    m = s["held_marginal"]
+    held = s["shapes"]["handler shape (held)"]
+    print(f"  held, per extra step  {m['ratio_median']:.2f}x [{m['ratio_min']:.2f}-"
+          f"{m['ratio_max']:.2f}] ({', '.join(f'{x:.2f}' for x in m['per_run'])}): the 3x "
+          f"row's extra time over its extra raw time; the last settling took "
+          f"{held['settle_ms']:.0f} ms of the held row")
     print("takeover latency, last sign of life of #1 -> #2's first step (ms):")
     for lease, v in res["takeover"].items():
         print(f"  lease {lease:>5} ms: median {v['median_ms']:.0f} "

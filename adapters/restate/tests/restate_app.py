@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import restate
+from restate.serde import BytesSerde
 
 import outlive_restate
 from outlive import External, Worker
-from outlive_restate import _ledger
+from outlive_restate import _futures, _ledger
 
 _EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "restate_owner")
 if _EXAMPLE not in sys.path:
@@ -95,6 +96,33 @@ async def sent_taken(ctx: restate.Context, arg: Any) -> int:
     """How many commands this deployment's ledger took as sent (not decoded again)."""
     del ctx, arg
     return _ledger.taken
+
+
+@reports.handler()
+async def futures(ctx: restate.Context, arg: Any) -> dict[str, Any]:
+    """What ``_futures.awaited`` does with this SDK's futures, inside a real invocation."""
+    del arg
+    once: restate.RunOptions[bytes] = restate.RunOptions(max_attempts=1, serde=BytesSerde())
+
+    async def value() -> bytes:
+        return b"v"
+
+    async def refused() -> bytes:
+        raise restate.TerminalError("no", 422)
+
+    run = ctx.run_typed("value", value, once)
+    direct = _futures.direct(run) is not None
+    got = await _futures.awaited(run)
+    try:
+        await _futures.awaited(ctx.run_typed("refused", refused, once))
+        error = None
+    except restate.TerminalError as exc:
+        error = exc.status_code
+    plain = ctx.run_typed("plain", value, once)
+    first = await plain                        # the SDK's own task now holds the value
+    return {"direct": direct, "value": got.decode(), "error": error,
+            "after_await": _futures.direct(plain) is None,
+            "again": (await _futures.awaited(plain)).decode(), "first": first.decode()}
 
 
 @desk.handler()

@@ -61,6 +61,7 @@ from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
 from . import _errors
+from ._futures import awaited
 from ._ledger import EXECUTE, LEDGER, LOAD, _encode_entry, _View, _write, read_all, sent
 
 __all__ = [
@@ -158,7 +159,8 @@ class HandlerBackend(Backend):
         The same entry as ``ctx.time()``, with an async closure: a sync one goes through a
         thread pool on every call.
         """
-        self.now = max(self.now, int(await self.ctx.run_typed("timestamp", _wall) * 1000))
+        wall = await awaited(self.ctx.run_typed("timestamp", _wall))
+        self.now = max(self.now, int(wall * 1000))
         return self.now
 
     async def _stamp(self, command: L.Command) -> L.Command:
@@ -170,8 +172,8 @@ class HandlerBackend(Backend):
     async def _call(self, handler: str, work_id: str, body: bytes,
                     headers: dict[str, str] | None = None) -> bytes:
         try:
-            raw: bytes = await self.ctx.generic_call(self.ledger, handler, body, key=work_id,
-                                                     headers=headers)
+            raw: bytes = await awaited(self.ctx.generic_call(self.ledger, handler, body,
+                                                             key=work_id, headers=headers))
         except restate.TerminalError as exc:
             raise _errors.from_terminal(exc) from None
         return raw
@@ -223,7 +225,7 @@ class HandlerBackend(Backend):
         run = self.ctx.run_typed(f"step:{call.step}#{call.attempt}", action, _ONCE)
         if self.renew_ms is not None and self.beat is not None:
             await self._renewing(run)
-        raw: bytes = await run
+        raw: bytes = await awaited(run)
         return raw
 
     async def _renewing(self, run: Any) -> None:

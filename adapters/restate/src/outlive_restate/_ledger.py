@@ -31,6 +31,7 @@ from outlive.errors import InvalidRecord, OutliveError
 from outlive.records import JournalEntry, WorkState
 
 from . import _errors
+from ._futures import awaited
 
 __all__ = ["ANSWER", "EXECUTE", "LEDGER", "LOAD", "apply_command", "keep_ledger", "ledger_object",
            "sent"]
@@ -119,6 +120,13 @@ class _View:
     scanned: tuple[tuple[int, tuple[JournalEntry, ...]], ...] = ()
 
 
+async def _get(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str) -> bytes | None:
+    """One state value, as stored (an eager state's value is read without a task of its own)."""
+    future = ctx.get(name, serde=_B)
+    raw: bytes | None = await awaited(future)
+    return raw
+
+
 def _corrupt(key: str, why: object) -> InvalidRecord:
     return InvalidRecord(f"the stored ledger of {key!r} is corrupt: {why}", work_id=key)
 
@@ -196,7 +204,7 @@ async def _collection(ctx: restate.ObjectSharedContext | restate.ObjectContext, 
                       stamp: tuple[int, int]) -> tuple[Any, ...]:
     key = ctx.key()
     count, seq = stamp
-    raw = await ctx.get(f"c/{name}/{seq}", serde=_B)
+    raw = await _get(ctx, f"c/{name}/{seq}")
     if raw is None:
         raise _corrupt(key, f"{name} (seq {seq}) is missing")
     hit = _DECODED.get((key, name))
@@ -219,7 +227,7 @@ async def _batch(ctx: restate.ObjectSharedContext | restate.ObjectContext, k: in
                  n: int) -> tuple[JournalEntry, ...]:
     """The committed batch that starts at entry ``k`` (``k < n``, the stored journal length)."""
     key = ctx.key()
-    raw = await ctx.get(f"b/{k}", serde=_B)
+    raw = await _get(ctx, f"b/{k}")
     if raw is None:
         raise InvalidRecord(f"journal entry {k} of {key!r} is missing", work_id=key)
     name = f"b/{k}"
@@ -242,7 +250,7 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
                 rids: frozenset[str] = frozenset()) -> _View | None:
     """The core, plus the committed entries whose result ids are in ``rids``."""
     key = ctx.key()
-    core = await ctx.get(_CORE, serde=_B)
+    core = await _get(ctx, _CORE)
     if not core:
         return None
     n, x, stamps, base = _core(key, core)
@@ -254,7 +262,7 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
     found: dict[int, JournalEntry] = {}
     missing = set()
     for rid in sorted(rids):  # sorted: the same reads in the same order on every replay
-        raw = await ctx.get(f"r/{rid}", serde=_B)
+        raw = await _get(ctx, f"r/{rid}")
         e = None
         if raw is not None:
             try:
