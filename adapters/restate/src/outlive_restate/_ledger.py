@@ -122,19 +122,14 @@ class _View:
 
 def _read(ctx: restate.ObjectSharedContext | restate.ObjectContext,
           name: str) -> Awaitable[bytes | None]:
-    """A state read issued (its journal entry written); its value is awaited with :func:`_value`."""
+    """A state read issued (its journal entry written); its value comes with :func:`awaited`
+    (an eagerly sent state's value without a task of its own)."""
     return ctx.get(name, serde=_B)
 
 
 async def _get(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str) -> bytes | None:
     """One state value, as stored."""
-    return await _value(_read(ctx, name))
-
-
-async def _value(future: Awaitable[bytes | None]) -> bytes | None:
-    """A state read's value (an eager state's value is read without a task of its own)."""
-    raw: bytes | None = await awaited(future)
-    return raw
+    return await awaited(_read(ctx, name))
 
 
 def _corrupt(key: str, why: object) -> InvalidRecord:
@@ -242,7 +237,7 @@ async def _batches(ctx: restate.ObjectSharedContext | restate.ObjectContext, ks:
     """The committed batches that start at the entries ``ks``, their reads issued together."""
     futures = [(k, _read(ctx, f"b/{k}")) for k in ks]
     key = ctx.key()
-    return {k: _decoded_batch(key, k, n, await _value(future)) for k, future in futures}
+    return {k: _decoded_batch(key, k, n, await awaited(future)) for k, future in futures}
 
 
 def _decoded_batch(key: str, k: int, n: int, raw: bytes | None) -> tuple[JournalEntry, ...]:
@@ -272,22 +267,22 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
     if not core:
         return None
     n, x, stamps, base = _core(key, core)
-    # Each group of reads is issued together, then awaited in order: with lazy state (outlive's
-    # own ledger object) that is one round trip per group, not one per key. The reads are a
+    # Each group of reads is issued together, then awaited in order: were the object's state
+    # read lazily, that would be one round trip per group, not one per key. The reads are a
     # function of the stored core and the command (sorted ids), so a replay issues the same.
     # 1. the collections the core names, and the index keys of the ids asked for
     named = [name for name in _COLLECTIONS if name in stamps]
     col_reads = [(name, _read(ctx, f"c/{name}/{stamps[name][1]}")) for name in named]
     ordered = sorted(rids)   # sorted: the same reads in the same order on every replay
     index_reads = [_read(ctx, f"r/{rid}") for rid in ordered]
-    cols = {name: _collection(key, name, stamps[name], await _value(future))
+    cols = {name: _collection(key, name, stamps[name], await awaited(future))
             for name, future in col_reads}
     if cols:
         base = replace(base, **cols)  # type: ignore[arg-type]
     last = base.journal[-1] if base.journal else None
     places: list[tuple[int, int] | None] = []
     for future in index_reads:
-        raw = await _value(future)
+        raw = await awaited(future)
         place = None
         if raw is not None:
             try:
@@ -298,9 +293,8 @@ async def _view(ctx: restate.ObjectSharedContext | restate.ObjectContext,
                 place = (i, k)
         places.append(place)
     # 2. the batches those index keys name (the last entry is in the core)
-    ks = sorted({k for p in places if p is not None and not (p[0] == n - 1 and last is not None)
-                 for k in (p[1],)})
-    batches = await _batches(ctx, ks, n) if ks else {}
+    ks = sorted({p[1] for p in places if p is not None and not (p[0] == n - 1 and last is not None)})
+    batches = await _batches(ctx, ks, n)
     found: dict[int, JournalEntry] = {}
     missing = set()
     for rid, place in zip(ordered, places, strict=True):
