@@ -27,7 +27,9 @@ async def test_anything_else_is_awaited_as_it_is() -> None:
     async def seven() -> int:
         return 7
 
-    assert _futures.direct(seven()) is None
+    coro = seven()
+    assert _futures.direct(coro) is None
+    assert await coro == 7   # left as it was: still awaitable
     assert await _futures.awaited(seven()) == 7
     fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     fut.set_result("done")

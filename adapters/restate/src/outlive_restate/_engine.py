@@ -365,7 +365,8 @@ class OwnedBackend(HandlerBackend):
             old = self._stored
             k = old.n if old is not None else 0
             last = (self._journal[k - 1],) if k else ()
-            base = _View(k, replace(old.state, journal=last), old.stamps, old.x) if old else None
+            base = _View(k, replace(old.state, journal=last), old.stamps, old.x, (),
+                         old.runs) if old else None
             self._stored = self._view = _write(   # no index keys: see _ledger's layout
                 self.octx, base, replace(self._view.state, journal=last + tuple(self._journal[k:])),
                 known=self._encoded, index=False)
