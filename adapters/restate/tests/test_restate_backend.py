@@ -293,3 +293,69 @@ async def test_storage_layout_covers_every_collection_of_the_state() -> None:
 
     tuples = {f.name for f in fields(WorkState) if f.default == ()}
     assert tuples - {"journal", "attempts"} == set(_COLLECTIONS)
+
+
+class _Capture(outlive.Backend):
+    """Keeps a worker's step writes instead of sending them (to send them by hand)."""
+
+    def __init__(self, inner: outlive.Backend) -> None:
+        super().__init__("capture://")
+        self.inner = inner
+        self.steps: list[L.RecordSteps] = []
+
+    async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
+        if isinstance(command, L.RecordSteps):
+            self.steps.append(command)
+            return L.Outcome(kind="held")
+        return await self.inner.execute(work_id, command)
+
+    async def load(self, work_id: str) -> Any:
+        return await self.inner.load(work_id)
+
+
+async def test_steps_carried_by_a_command_are_applied_first_and_refused_alone(
+        backend: outlive.Backend, restate_server: RestateServer) -> None:
+    """A held attempt's steps travel with its next command (one invocation of the ledger): they
+    are applied just before it; their refusal (a stale token) writes nothing and is dropped, as
+    a sent write's would be, and the command after them meets the same fence. A pair is only
+    a RecordSteps and a command, never with the state answer asked for."""
+    from outlive_restate import _errors
+    from outlive_restate._ledger import ANSWER
+
+    w = wid()
+    ctl = await _open(backend, w)
+    a1 = await ctl.admit(w)
+    cap = _Capture(backend)
+    wk = Worker(cap, a1, V1, clock=lambda: 1)
+    await wk.start()
+    await wk.step("s1", lambda s1: {"s": s1[:5]}, s1=V1["s1"])
+    await wk.step("s2", lambda s2: {"s": s2[:5]}, s2=V1["s2"])
+    s1, s2 = cap.steps
+    url = f"{restate_server.ingress}/outlive_ledger/{w.replace('/', '%2F')}/outlive_execute"
+
+    def beat(a: Any, at: int) -> L.Heartbeat:
+        return L.Heartbeat(attempt=a.number, token=a.token, at=at, secret=a.secret)
+
+    async with httpx.AsyncClient(headers={"content-type": "application/json"}) as http:
+        r = await http.post(url, content=_errors.dumps((s1, beat(a1, 2))))
+        assert r.status_code == 200, r.text
+        assert _errors.loads(r.content).kind == "beat"
+        st = await backend.load(w)
+        assert st is not None and [e.step for e in st.journal] == ["s1"]
+        att = st.attempt(1)
+        assert att is not None and att.heartbeats == 1
+        # a pair asking for the state answer, or not a RecordSteps and a command: refused whole
+        for body, headers in (((s2, beat(a1, 3)), {ANSWER: "state"}),
+                              ((s2, "not a command"), {}), ((beat(a1, 3), beat(a1, 3)), {})):
+            r = await http.post(url, content=_errors.dumps(body), headers=headers)
+            assert r.status_code == 400 and "InvalidRecord" in r.text, r.text
+        assert await backend.load(w) == st
+        # #1 replaced: its carried steps are refused and write nothing, its beat says so
+        await backend.execute(w, L.MarkUnknown(attempt=1, at=4))
+        await ctl.admit(w)
+        r = await http.post(url, content=_errors.dumps((s2, beat(a1, 5))))
+        assert r.status_code == 200, r.text
+        assert _errors.loads(r.content).kind == "superseded"
+    st = await backend.load(w)
+    assert st is not None and [e.step for e in st.journal] == ["s1"]
+    assert st.stale_writes_applied == 0

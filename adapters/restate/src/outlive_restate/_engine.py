@@ -178,16 +178,33 @@ class HandlerBackend(Backend):
             raise _errors.from_terminal(exc) from None
         return raw
 
-    async def _execute(self, work_id: str, command: L.Command) -> L.Outcome:
-        """``command`` as a durable call to the work's ledger object, and its outcome."""
-        out = _errors.loads(await self._call(EXECUTE, work_id, _errors.dumps(command)))
+    async def _execute(self, work_id: str, command: L.Command,
+                       steps: L.RecordSteps | None = None) -> L.Outcome:
+        """``command`` as a durable call to the work's ledger object, and its outcome.
+
+        ``steps``: held step writes carried by the same call, applied just before ``command``
+        in the same invocation of the ledger (see :func:`._ledger.keep_ledger`).
+        """
+        if steps is None:
+            body = _errors.dumps(command)
+        else:
+            body = sent(_errors.dumps((steps, command)), (steps, command))
+        out = _errors.loads(await self._call(EXECUTE, work_id, body))
         if not isinstance(out, L.Outcome):
             raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
         return out
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
-        self.send_held()   # held step writes go first: every other command follows them
-        return await self._execute(work_id, await self._stamp(command))
+        # held step writes go first: every other command follows them. Those of this work
+        # travel with the command, one invocation of its ledger instead of a send and a call
+        # queued behind it (the attempt's last ones, a renewal's beat)
+        held = self._held_command()
+        if held is not None and held[0] != work_id:
+            self.ctx.generic_send(self.ledger, EXECUTE, sent(_errors.dumps(held[1]), held[1]),
+                                  key=held[0])
+            held = None
+        return await self._execute(work_id, await self._stamp(command),
+                                   held[1] if held is not None else None)
 
     async def load(self, work_id: str) -> WorkState | None:
         if self._first_load is not None and self._first_load.work_id == work_id:
@@ -272,13 +289,14 @@ class HandlerBackend(Backend):
         The step's value is already in this invocation's Restate journal (its ``ctx.run_typed``
         entry), so a retried or replayed invocation holds the same writes and sends them at the
         same points: once the oldest held one is ``hold`` ms old (journaled time) at a step, or
-        :data:`_HOLD_MAX` are held, or a payload limit's worth of results; before any other
-        command of this invocation (a renewal's heartbeat, a candidate, an effect, the finish);
-        awaited before a read. The renewal timer fires at least once per ``hold`` while a step
-        runs, so a live attempt's steps reach the ledger within about one renewal period, as its
-        heartbeats do. What the ledger refuses from the command alone (a result that cannot be
-        hashed, one too large) is refused here, at the step; what needs the ledger's state (a
-        stale token) refuses the write that carries them and the call after it.
+        :data:`_HOLD_MAX` are held, or a payload limit's worth of results; with any other
+        command of this invocation (a renewal's heartbeat, a candidate, an effect, the finish),
+        carried by its call and applied just before it; awaited before a read. The renewal
+        timer fires at least once per ``hold`` while a step runs, so a live attempt's steps
+        reach the ledger within about one renewal period, as its heartbeats do. What the ledger
+        refuses from the command alone (a result that cannot be hashed, one too large) is
+        refused here, at the step; what needs the ledger's state (a stale token) refuses the
+        steps and the command that carries or follows them.
         """
         size = sum(L.check_size(e.result, f"result of step {e.step!r}") for e in cmd.entries)
         if not self._held:

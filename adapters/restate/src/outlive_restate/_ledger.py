@@ -157,13 +157,14 @@ def _corrupt(key: str, why: object) -> InvalidRecord:
 #: and the time: distinct per send): when the ledger's handler runs in the same process (a
 #: deployment serving both), it takes the command as sent instead of decoding it again, if the
 #: bytes it is handed are the ones sent. A miss (another process, a replay) decodes as usual.
-_SENT: dict[bytes, tuple[bytes, L.Command]] = {}
+_SENT: dict[bytes, tuple[bytes, L.Command | tuple[L.RecordSteps, L.Command]]] = {}
 _SENT_MAX = 64
 _TAIL = 160
 
 
-def sent(raw: bytes, cmd: L.Command) -> bytes:
-    """Remember that ``raw`` is ``cmd`` encoded, as sent to a ledger (see :data:`_SENT`)."""
+def sent(raw: bytes, cmd: L.Command | tuple[L.RecordSteps, L.Command]) -> bytes:
+    """Remember that ``raw`` is ``cmd`` encoded, as sent to a ledger (see :data:`_SENT`): a
+    command, or held steps and the command that carries them."""
     _keep(_SENT, _SENT_MAX, raw[-_TAIL:], raw, cmd)
     return raw
 
@@ -570,9 +571,22 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
         raise InvalidRecord(f"{obj.name!r} already keeps an outlive ledger")
 
     async def execute(ctx: restate.ObjectContext, req: bytes) -> bytes:
-        """Apply one encoded command to this key's ledger; the only writer of the state."""
+        """Apply one encoded command to this key's ledger; the only writer of the state.
+
+        Or a pair ``(RecordSteps, command)``: an attempt's held step writes carried by its next
+        command. The steps are applied first and their refusal is dropped, as it would be had
+        they been sent one-way before the command (what refuses them — a stale token — refuses
+        the command after them too); then the command, whose outcome is the answer.
+        """
         try:
             cmd = _received(req)
+            if type(cmd) is tuple and len(cmd) == 2 and isinstance(cmd[0], L.RecordSteps) \
+                    and L.is_command(cmd[1]) and not _asks_state(ctx):
+                steps, cmd = cmd
+                try:
+                    await _apply(ctx, steps)
+                except OutliveError:
+                    pass   # refused, writing nothing: what the command is answered says why
             if not L.is_command(cmd):
                 raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
             if not _asks_state(ctx):
