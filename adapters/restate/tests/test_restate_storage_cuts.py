@@ -69,6 +69,16 @@ def _indexed(data: dict[str, bytes]) -> dict[str, list[int]]:
     return {rid: p for _count, seq in runs for rid, p in json.loads(data[f"i/{seq}"]).items()}
 
 
+async def _started(b: Backend, w: str) -> tuple[Controller, Worker]:
+    """Work ``w`` opened on ``b`` with V1 published, and its first attempt's worker started."""
+    ctl = Controller(b, clock=lambda: 1)
+    await ctl.open_work(w)
+    await ctl.publish(w, "v1", V1)
+    wk = Worker(b, await ctl.admit(w), V1, clock=lambda: 2)
+    await wk.start()
+    return ctl, wk
+
+
 async def _full(key: str, data: dict[str, bytes]) -> WorkState | None:
     view = await read_all(_KV(key, data))  # type: ignore[arg-type]
     return view.state if view is not None else None
@@ -192,13 +202,8 @@ async def test_a_write_answers_with_the_state_it_left() -> None:
     """The answer a write gives when asked (the conformance driver's, instead of a read) is the
     stored state, the journal's prefix taken from the state known before the write."""
     b = _Answering()
-    ctl = Controller(b, clock=lambda: 1)
     w = "answers/q3"
-    await ctl.open_work(w)
-    await ctl.publish(w, "v1", V1)
-    a1 = await ctl.admit(w)
-    wk = Worker(b, a1, V1, clock=lambda: 2)
-    await wk.start()
+    ctl, wk = await _started(b, w)
     for name in V1:
         await wk.step(name, lambda **kw: {"summary": "x"}, **{name: V1[name]})
     await wk.step("s1", lambda **kw: {"summary": "x"}, s1=V1["s1"])   # restored: no change
@@ -255,13 +260,8 @@ async def test_a_cut_batch_is_overwritten_and_its_index_run_is_not_reached() -> 
     the same index, its own run under the same seq: a lookup by the lost entries' result ids
     finds nothing, before and after the journal grows past them."""
     b = _Held()
-    ctl = Controller(b, clock=lambda: 1)
     w = "cuts/held"
-    await ctl.open_work(w)
-    await ctl.publish(w, "v1", V1)
-    a1 = await ctl.admit(w)
-    wk = Worker(b, a1, V1, clock=lambda: 2)
-    await wk.start()
+    ctl, wk = await _started(b, w)
     await wk.step("s1", lambda **kw: {"summary": "one"}, s1=V1["s1"])
     await b.hold(w)
     await wk.step("s2", lambda **kw: {"summary": "old two"}, s2=V1["s2"])
@@ -338,13 +338,8 @@ async def test_owner_writes_no_index_keys_and_the_next_lookup_reads_its_batches(
     by reading the batches the owner wrote, and indexes them when it writes: the candidate
     below would be refused (its parts unknown) if the lookup missed them."""
     b = _Owner()
-    ctl = Controller(b, clock=lambda: 1)
     w = "owner/unindexed"
-    await ctl.open_work(w)
-    await ctl.publish(w, "v1", V1)
-    a1 = await ctl.admit(w)
-    wk = Worker(b, a1, V1, clock=lambda: 2)
-    await wk.start()
+    _ctl, wk = await _started(b, w)
     await wk.step("s1", lambda **kw: {"summary": "one"}, s1=V1["s1"])   # the ledger handler's
     await b.hold(w)
     await wk.step("s2", lambda **kw: {"summary": "two"}, s2=V1["s2"])
@@ -435,13 +430,8 @@ async def test_a_batch_of_steps_costs_a_few_state_reads_and_writes_not_two_per_e
     the runs stay O(log n) and every entry stays found by result id: a step sent again is not
     appended twice, and a candidate naming every step is accepted."""
     b = _Batching()
-    ctl = Controller(b, clock=lambda: 1)
     w = "batches/long"
-    await ctl.open_work(w)
-    await ctl.publish(w, "v1", V1)
-    a1 = await ctl.admit(w)
-    wk = Worker(b, a1, V1, clock=lambda: 2)
-    await wk.start()
+    _ctl, wk = await _started(b, w)
     steps = 0
     for batch in range(9):
         b.hold()
@@ -473,13 +463,8 @@ async def test_a_ledger_of_layout_3_is_read_and_indexed_by_its_next_write() -> N
     every entry possibly unindexed: a lookup reads the batches, and the write after it indexes
     them in one run and stores a core of this layout."""
     b = _Batching()
-    ctl = Controller(b, clock=lambda: 1)
     w = "batches/old"
-    await ctl.open_work(w)
-    await ctl.publish(w, "v1", V1)
-    a1 = await ctl.admit(w)
-    wk = Worker(b, a1, V1, clock=lambda: 2)
-    await wk.start()
+    _ctl, wk = await _started(b, w)
     for name in V1:
         await wk.step(name, lambda **kw: {"n": 1}, **{name: V1[name]})
     st = await b.load(w)
