@@ -200,8 +200,7 @@ class HandlerBackend(Backend):
         # queued behind it (the attempt's last ones, a renewal's beat)
         held = self._held_command()
         if held is not None and held[0] != work_id:
-            self.ctx.generic_send(self.ledger, EXECUTE, sent(_errors.dumps(held[1]), held[1]),
-                                  key=held[0])
+            self._send(*held)
             held = None
         return await self._execute(work_id, await self._stamp(command),
                                    held[1] if held is not None else None)
@@ -328,8 +327,11 @@ class HandlerBackend(Backend):
         """
         held = self._held_command()
         if held is not None:
-            self.ctx.generic_send(self.ledger, EXECUTE, sent(_errors.dumps(held[1]), held[1]),
-                                  key=held[0])
+            self._send(*held)
+
+    def _send(self, work_id: str, steps: L.RecordSteps) -> None:
+        self.ctx.generic_send(self.ledger, EXECUTE, sent(_errors.dumps(steps), steps),
+                              key=work_id)
 
     async def write_held(self) -> L.Outcome | None:
         """Write the held step writes now, as one ``RecordSteps``, and wait for the answer."""
