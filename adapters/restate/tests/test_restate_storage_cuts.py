@@ -21,7 +21,7 @@ import pytest
 
 from outlive import Backend, Contract, Controller, External, Worker
 from outlive import ledger as L
-from outlive.errors import InvalidRecord, StaleOwner
+from outlive.errors import InvalidRecord, OutliveError, StaleOwner
 from outlive.records import Receipt, WorkState
 from outlive_restate._ledger import _apply, _view, _write, answer, read_all
 
@@ -484,3 +484,48 @@ async def test_a_ledger_of_layout_3_is_read_and_indexed_by_its_next_write() -> N
     core = json.loads(b.data["core"])
     assert core["v"] == 4 and "x" not in core
     assert sorted(_indexed(b.data)) == sorted(e.result_id for e in st.journal)
+
+
+async def test_steps_carried_by_a_command_are_read_once_and_written_once() -> None:
+    """Held steps carried by the attempt's next command are applied on one read of the state
+    and stored in one write (their batch, one run, one core), as if sent just before it; a
+    refused command leaves the steps' change written, and refused steps leave the command's."""
+    from outlive_restate._ledger import _apply_carried
+
+    b = _Batching()
+    w = "batches/carried"
+    _ctl, wk = await _started(b, w)
+    b.hold()
+    for name in ("s1", "s2"):
+        await wk.step(name, lambda **kw: {"n": 1}, **{name: V1[name]})
+    s1, s2 = b.steps
+    b.held = None
+    beat = L.Heartbeat(attempt=1, token=wk.attempt.token, at=3, secret=wk.attempt.secret)
+    kv = _Counting(w, b.data)
+    out = await _apply_carried(kv, s1, beat)  # type: ignore[arg-type]
+    assert out.kind == "beat"
+    sets = [name for op, name, _v in kv.ops if op == "set"]
+    assert sets.count("core") == 1 and len(sets) == 3 and kv.reads == 2   # core, inputs (no run yet)
+    b.data = _run(b.data, kv.ops)
+    st = await b.load(w)
+    assert st is not None and [e.step for e in st.journal] == ["s1"]
+    att = st.attempt(1)
+    assert att is not None and att.heartbeats == 1
+    # the command refused (a forged token): the steps it carried are written all the same
+    forged = replace(beat, token=beat.token + 7)
+    kv = _Counting(w, b.data)
+    with pytest.raises(OutliveError):
+        await _apply_carried(kv, s2, forged)  # type: ignore[arg-type]
+    b.data = _run(b.data, kv.ops)
+    st = await b.load(w)
+    assert st is not None and [e.step for e in st.journal] == ["s1", "s2"]
+    # the steps refused (forged): the command lands alone
+    kv = _Counting(w, b.data)
+    bad = replace(s2, token=s2.token + 7, entries=s2.entries)
+    out = await _apply_carried(kv, bad, replace(beat, at=4))  # type: ignore[arg-type]
+    assert out.kind == "beat"
+    b.data = _run(b.data, kv.ops)
+    again = await b.load(w)
+    assert again is not None and again.journal == st.journal
+    att = again.attempt(1)
+    assert att is not None and att.heartbeats == 2

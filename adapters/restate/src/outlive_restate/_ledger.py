@@ -14,6 +14,7 @@ handler and the ledger share one lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
@@ -508,6 +509,41 @@ async def _apply(ctx: restate.ObjectContext, cmd: L.Command,
     return outcome
 
 
+async def _apply_carried(ctx: restate.ObjectContext, steps: L.RecordSteps,
+                         cmd: L.Command) -> L.Outcome:
+    """Held ``steps`` and then ``cmd``, applied on one read of the state and written once.
+
+    As if the steps had been a command of their own before ``cmd``: their refusal is dropped
+    (nothing of theirs written), and ``cmd``'s refusal leaves their change written.
+    """
+    try:
+        once = L.checked(cmd)
+    except OutliveError:
+        with contextlib.suppress(OutliveError):
+            await _apply(ctx, steps)
+        raise
+    try:
+        held: L.Checked | None = L.checked(steps)
+    except OutliveError:
+        held = None
+    rids = L.reads(None, once) | (L.reads(None, held) if held is not None else frozenset())
+    view = await _view(ctx, rids)
+    state = view.state if view is not None else None
+    after = state
+    if held is not None:
+        with contextlib.suppress(OutliveError):
+            after, _ = L.apply(state, held, work_id=ctx.key())
+    try:
+        new, outcome = L.apply(after, once, work_id=ctx.key())
+    except OutliveError:
+        if after is not None and L.changed(state, after):
+            _write(ctx, view, after)
+        raise
+    if L.changed(state, new):
+        _write(ctx, view, new)
+    return outcome
+
+
 async def apply_command(ctx: restate.ObjectContext, cmd: L.Command) -> L.Outcome:
     """Apply ``cmd`` to this key's ledger: read what it needs, ``ledger.apply``, write the change."""
     return await _apply(ctx, cmd)
@@ -574,19 +610,16 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
         """Apply one encoded command to this key's ledger; the only writer of the state.
 
         Or a pair ``(RecordSteps, command)``: an attempt's held step writes carried by its next
-        command. The steps are applied first and their refusal is dropped, as it would be had
-        they been sent one-way before the command (what refuses them — a stale token — refuses
-        the command after them too); then the command, whose outcome is the answer.
+        command. Both are applied on one read of the state and written once, the steps first:
+        their refusal is dropped, as it would be had they been sent one-way before the command
+        (what refuses them — a stale token — refuses the command after them too), and the
+        command's refusal leaves their change written. The command's outcome is the answer.
         """
         try:
             cmd = _received(req)
             if type(cmd) is tuple and len(cmd) == 2 and isinstance(cmd[0], L.RecordSteps) \
                     and L.is_command(cmd[1]) and not _asks_state(ctx):
-                steps, cmd = cmd
-                try:
-                    await _apply(ctx, steps)
-                except OutliveError:
-                    pass   # refused, writing nothing: what the command is answered says why
+                return _errors.dumps(await _apply_carried(ctx, *cmd))
             if not L.is_command(cmd):
                 raise InvalidRecord(f"not a ledger command: {type(cmd).__name__}")
             if not _asks_state(ctx):
