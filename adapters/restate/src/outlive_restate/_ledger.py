@@ -196,14 +196,20 @@ def _remember(key: tuple[str, str], raw: bytes, value: Any) -> None:
     _keep(_DECODED, _CACHE_MAX, key, raw, value)
 
 
+def _cached(key: str, name: str, raw: bytes) -> Any:
+    """The value decoded from ``raw`` under ``(key, name)``, if these are the bytes it was
+    decoded from; else None (every stored value decodes to something else than None)."""
+    hit = _DECODED.get((key, name))
+    return hit[1] if hit is not None and hit[0] == raw else None
+
+
 _Core = tuple[int, int | None, dict[str, tuple[int, int]], tuple[tuple[int, int], ...], WorkState]
 
 
 def _core(key: str, core: bytes) -> _Core:
     """``(n, x, stamps, runs, head)`` of a stored core."""
-    hit = _DECODED.get((key, _CORE))
-    if hit is not None and hit[0] == core:
-        got: _Core = hit[1]
+    got: _Core | None = _cached(key, _CORE, core)
+    if got is not None:
         return got
     try:
         head = json.loads(core)
@@ -233,10 +239,8 @@ def _collection(key: str, name: str, stamp: tuple[int, int], raw: bytes | None) 
     count, seq = stamp
     if raw is None:
         raise _corrupt(key, f"{name} (seq {seq}) is missing")
-    hit = _DECODED.get((key, name))
-    if hit is not None and hit[0] == raw:
-        value: tuple[Any, ...] = hit[1]
-    else:
+    value: tuple[Any, ...] | None = _cached(key, name, raw)
+    if value is None:
         try:
             value = codec.loads(raw)
         except OutliveError as exc:
@@ -254,9 +258,8 @@ def _run_of(key: str, count: int, seq: int, n: int, raw: bytes | None) -> dict[s
     name = f"i/{seq}"
     if raw is None:
         raise _corrupt(key, f"index run {seq} is missing")
-    hit = _DECODED.get((key, name))
-    if hit is not None and hit[0] == raw:
-        got: dict[str, list[int]] = hit[1]
+    got: dict[str, list[int]] | None = _cached(key, name, raw)
+    if got is not None:
         return got
     try:
         run: dict[str, list[int]] = json.loads(raw)
@@ -289,9 +292,8 @@ def _decoded_batch(key: str, k: int, n: int, raw: bytes | None) -> tuple[Journal
     if raw is None:
         raise InvalidRecord(f"journal entry {k} of {key!r} is missing", work_id=key)
     name = f"b/{k}"
-    hit = _DECODED.get((key, name))
-    if hit is not None and hit[0] == raw:
-        got: tuple[JournalEntry, ...] = hit[1]
+    got: tuple[JournalEntry, ...] | None = _cached(key, name, raw)
+    if got is not None:
         return got
     try:
         batch = codec.loads(raw)
