@@ -99,6 +99,13 @@ async def sent_taken(ctx: restate.Context, arg: Any) -> int:
 
 
 @reports.handler()
+async def ledger_writers(ctx: restate.Context, arg: Any) -> dict[str, int]:
+    """How many invocations of each ledger writer this deployment ran (replays included)."""
+    del ctx, arg
+    return dict(_ledger.executed)
+
+
+@reports.handler()
 async def futures(ctx: restate.Context, arg: Any) -> dict[str, Any]:
     """What ``_futures.awaited`` does with this SDK's futures, inside a real invocation."""
     del arg

@@ -32,6 +32,7 @@ from outlive.records import AttemptState, WorkState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
 from outlive_restate import RestateBackend, RestateDispatcher, _errors, _ledger
 from outlive_restate._errors import from_message
+from outlive_restate._ledger import EXECUTE, EXECUTE_LAZY
 from outlive_restate.server import RestateServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -157,26 +158,64 @@ async def test_late_write_of_paused_handler_is_refused(server: RestateServer,
     assert st.stale_writes_applied == 0 and not st.candidates
 
 
+async def _writers(server: RestateServer) -> dict[str, int]:
+    """How many invocations of each ledger writer the test app's deployment ran so far."""
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{server.ingress}/reports/ledger_writers", json=None)
+        r.raise_for_status()
+        got: dict[str, int] = r.json()
+        return got
+
+
 async def test_held_step_writes_reach_the_ledger_together_in_order(
-        backend: RestateBackend, tmp_path: Path) -> None:
+        backend: RestateBackend, server: RestateServer) -> None:
     """A dispatched attempt (its lease renewed) holds its step writes back and writes them
-    together: 300 quick steps are two ledger writes (256, then the rest before the finish)
-    instead of 300, and the journal is the one per-step writes give, entry for entry."""
-    journals, writes = [], []
+    together: 600 quick steps are three ledger writes (256, 256, then the rest with the finish)
+    instead of 600, and the journal is the one per-step writes give, entry for entry. Once the
+    ledger holds a full batch, the work's commands go to the lazy writer: Restate stops
+    shipping the whole stored journal with each. Only this work's commands reach that writer,
+    so its count is exact: the held attempt's last two writes; with per-step writes, every one
+    after the 256th step's and the finish."""
+    journals, writes, lazy = [], [], []
     for write in (None, "call"):
         work = f"held/{uuid.uuid4().hex[:8]}"
-        extra: dict[str, Any] = {"n": 300} if write is None else {"n": 300, "write": write}
+        extra: dict[str, Any] = {"n": 600} if write is None else {"n": 600, "write": write}
         await opened(backend, work)
+        before = (await _writers(server))[EXECUTE_LAZY]
         await backend.start_work(work, service="reports", handler="many", arg=extra,
                                  lease=timedelta(seconds=60))
         st = await until("the attempt to finish", partial(finished, backend, work), timeout=90)
         (att,) = st.attempts
         journals.append([(e.step, e.input_key, e.result, e.attempt) for e in st.journal])
         writes.append(att.signs - att.heartbeats)   # the claim, then each write of steps
-    assert journals[0] == journals[1] and len(journals[0]) == 300
-    assert [r for *_, r in journals[0]] == [1] * 300
-    assert [int(step[1:]) for step, *_ in journals[0]] == list(range(300))
-    assert writes == [1 + 2, 1 + 300]
+        lazy.append((await _writers(server))[EXECUTE_LAZY] - before)
+    assert journals[0] == journals[1] and len(journals[0]) == 600
+    assert [r for *_, r in journals[0]] == [1] * 600
+    assert [int(step[1:]) for step, *_ in journals[0]] == list(range(600))
+    assert writes == [1 + 3, 1 + 600]
+    assert lazy == [2, 600 - 256 + 1]
+
+
+@pytest.mark.parametrize("n", [256, 512])
+async def test_an_attempts_last_full_batch_leaves_with_its_finish(
+        backend: RestateBackend, server: RestateServer, n: int) -> None:
+    """Held writes that fill a batch leave when the next step starts, not at once: an attempt
+    whose steps fill its last batch exactly sends that batch with its finish, one invocation of
+    the ledger instead of a send and the finish queued behind it."""
+    work = f"held/{uuid.uuid4().hex[:8]}"
+    await opened(backend, work)
+    before = await _writers(server)
+    await backend.start_work(work, service="reports", handler="many", arg={"n": n},
+                             lease=timedelta(seconds=60))
+    st = await until("the attempt to finish", partial(finished, backend, work), timeout=90)
+    after = await _writers(server)
+    assert [e.result for e in st.journal] == list(range(n))
+    (att,) = st.attempts
+    assert att.signs - att.heartbeats == 1 + n // 256
+    # n=256: the claim and the finish carrying all 256, both eager (the ledger held none);
+    # n=512: the claim, the first batch (eager), the finish carrying the second (lazy)
+    assert after[EXECUTE_LAZY] - before[EXECUTE_LAZY] == n // 256 - 1
+    assert after[EXECUTE] - before[EXECUTE] >= 2
 
 
 async def test_a_held_write_keeps_the_result_as_the_step_returned_it(

@@ -62,7 +62,7 @@ from outlive.worker import Persist, Worker
 
 from . import _errors
 from ._futures import awaited
-from ._ledger import EXECUTE, LEDGER, LOAD, _encode_entry, _View, _write, read_all, sent
+from ._ledger import EXECUTE, EXECUTE_LAZY, LEDGER, LOAD, _encode_entry, _View, _write, read_all, sent
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -102,6 +102,11 @@ _B = BytesSerde()
 #: one write of them stays a modest command and batch, and costs the ledger's call once per
 #: this many quick steps.
 _HOLD_MAX = 256
+#: From this many journal entries on, a work's commands go to the ledger's lazy writer
+#: (:data:`._ledger.EXECUTE_LAZY`): Restate no longer ships the work's whole stored journal to
+#: the deployment with each of them. One full batch of held writes: below it, eager state (no
+#: round trip) is the cheaper.
+_LAZY_FROM = _HOLD_MAX
 #: A step's run: its body runs once (a retry is a new attempt's business), its value is bytes.
 _ONCE: restate.RunOptions[bytes] = restate.RunOptions(max_attempts=1, serde=_B)
 
@@ -139,6 +144,13 @@ class HandlerBackend(Backend):
         self._held_work = ""
         self._held_since = 0
         self._held_bytes = 0
+        #: The held writes reached :data:`_HOLD_MAX`: they leave when the next step starts,
+        #: or with the next command (the attempt's last batch rides with its finish).
+        self._full = False
+        #: The work whose ledger this invocation loaded, and how many journal entries it knows
+        #: that ledger holds (loaded, plus the steps written since): a function of journaled
+        #: values only, so a replay picks the same writer for each command.
+        self._known = ("", 0)
         #: Time each command through the journal (False: keep the ``at`` the caller gave, as a
         #: logical clock does; it travels inside the journaled call).
         self.stamp = stamp
@@ -189,10 +201,20 @@ class HandlerBackend(Backend):
             body = _errors.dumps(command)
         else:
             body = sent(_errors.dumps((steps, command)), (steps, command))
-        out = _errors.loads(await self._call(EXECUTE, work_id, body))
+        writer = self._writer(work_id, command if steps is None else steps)
+        out = _errors.loads(await self._call(writer, work_id, body))
         if not isinstance(out, L.Outcome):
             raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
         return out
+
+    def _writer(self, work_id: str, steps: L.Command | None) -> str:
+        """The ledger's writer for a command to ``work_id`` (carrying ``steps``, if any)."""
+        work, n = self._known
+        if work != work_id:
+            return EXECUTE
+        if isinstance(steps, L.RecordSteps):
+            self._known = (work, n + len(steps.entries))
+        return EXECUTE_LAZY if n >= _LAZY_FROM else EXECUTE
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
         # held step writes go first: every other command follows them. Those of this work
@@ -216,6 +238,7 @@ class HandlerBackend(Backend):
         st = _errors.loads(raw)
         if not isinstance(st, WorkState):
             raise InvalidRecord(f"{work_id}: the ledger state is corrupt", work_id=work_id)
+        self._known = (work_id, len(st.journal))
         return st
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -264,6 +287,8 @@ class HandlerBackend(Backend):
 
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
+        if self._full:
+            self.send_held()   # a full batch leaves before the next step runs
         result = await self.run_step(call, fn)
         held = self.write == "held" and self._held_work in ("", call.work_id)
         # a held write leaves later, so it keeps a copy: the caller may change the value returned
@@ -279,7 +304,8 @@ class HandlerBackend(Backend):
         # write, and the attempt learns it at its next awaited write (which the same fence
         # refuses).
         L.check_size(result, f"result of step {call.step!r}")
-        self.ctx.generic_send(self.ledger, EXECUTE, _errors.dumps(cmd), key=call.work_id)
+        self.ctx.generic_send(self.ledger, self._writer(call.work_id, cmd), _errors.dumps(cmd),
+                              key=call.work_id)
         return result, L.Outcome(kind="sent")
 
     def _hold(self, work_id: str, cmd: L.RecordSteps) -> L.Outcome:
@@ -288,7 +314,8 @@ class HandlerBackend(Backend):
         The step's value is already in this invocation's Restate journal (its ``ctx.run_typed``
         entry), so a retried or replayed invocation holds the same writes and sends them at the
         same points: once the oldest held one is ``hold`` ms old (journaled time) at a step, or
-        :data:`_HOLD_MAX` are held, or a payload limit's worth of results; with any other
+        a payload limit's worth of results; once :data:`_HOLD_MAX` are held, before the next
+        step runs (so an attempt's last full batch leaves with its finish); with any other
         command of this invocation (a renewal's heartbeat, a candidate, an effect, the finish),
         carried by its call and applied just before it; awaited before a read. The renewal
         timer fires at least once per ``hold`` while a step runs, so a live attempt's steps
@@ -298,20 +325,22 @@ class HandlerBackend(Backend):
         steps and the command that carries or follows them.
         """
         size = sum(L.check_size(e.result, f"result of step {e.step!r}") for e in cmd.entries)
+        if self._full:
+            self.send_held()
         if not self._held:
             self._held_work, self._held_since, self._held_bytes = work_id, cmd.at, 0
         self._held.append(cmd)
         self._held_bytes += size
-        if cmd.at - self._held_since >= self.hold or len(self._held) >= _HOLD_MAX or \
-                self._held_bytes >= L.MAX_PAYLOAD_BYTES:
+        if cmd.at - self._held_since >= self.hold or self._held_bytes >= L.MAX_PAYLOAD_BYTES:
             self.send_held()
+        self._full = len(self._held) >= _HOLD_MAX
         return L.Outcome(kind="held")
 
     def _held_command(self) -> tuple[str, L.RecordSteps] | None:
         if not self._held:
             return None
         held, work = self._held, self._held_work
-        self._held, self._held_work = [], ""
+        self._held, self._held_work, self._full = [], "", False
         first, last = held[0], held[-1]
         return work, L.RecordSteps(attempt=first.attempt, token=first.token, at=last.at,
                                    entries=tuple(e for c in held for e in c.entries),
@@ -330,8 +359,8 @@ class HandlerBackend(Backend):
             self._send(*held)
 
     def _send(self, work_id: str, steps: L.RecordSteps) -> None:
-        self.ctx.generic_send(self.ledger, EXECUTE, sent(_errors.dumps(steps), steps),
-                              key=work_id)
+        self.ctx.generic_send(self.ledger, self._writer(work_id, steps),
+                              sent(_errors.dumps(steps), steps), key=work_id)
 
     async def write_held(self) -> L.Outcome | None:
         """Write the held step writes now, as one ``RecordSteps``, and wait for the answer."""

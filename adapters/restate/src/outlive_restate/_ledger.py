@@ -1,11 +1,13 @@
 """The ledger's home in Restate: a Virtual Object keyed by work id holds the work's ledger.
 
-:func:`keep_ledger` adds two handlers to a Virtual Object: ``outlive_execute`` (exclusive: the
-only writer of a work's ledger) and ``outlive_load`` (shared: the last committed state, read
-beside the writer). Restate runs at most one exclusive invocation per key at a time, so "read,
-``outlive.ledger.apply``, write what changed" is atomic per work without any lock of ours, and
-durable because the state writes commit with the invocation's journal. A rejection ends the
-invocation with the typed error (:mod:`._errors`) before any ``ctx.set``: nothing is written.
+:func:`keep_ledger` adds three handlers to a Virtual Object: ``outlive_execute`` (exclusive: the
+only writer of a work's ledger), ``outlive_execute_lazy`` (the same writer, reading the state
+key by key instead of having Restate send all of it: for works with a long journal) and
+``outlive_load`` (shared: the last committed state, read beside the writer). Restate runs at
+most one exclusive invocation per key at a time, so "read, ``outlive.ledger.apply``, write what
+changed" is atomic per work without any lock of ours, and durable because the state writes
+commit with the invocation's journal. A rejection ends the invocation with the typed error
+(:mod:`._errors`) before any ``ctx.set``: nothing is written.
 
 outlive ships one such object, :data:`ledger_object` (``outlive_ledger``); the owner shape keeps
 the ledger on the user's own object instead (:func:`keep_ledger` on it), so the user's exclusive
@@ -34,13 +36,21 @@ from outlive.records import JournalEntry, WorkState
 from . import _errors
 from ._futures import awaited
 
-__all__ = ["ANSWER", "EXECUTE", "LEDGER", "LOAD", "apply_command", "keep_ledger", "ledger_object",
-           "sent"]
+__all__ = ["ANSWER", "EXECUTE", "EXECUTE_LAZY", "LEDGER", "LOAD", "apply_command", "keep_ledger",
+           "ledger_object", "sent"]
 
 #: Name of outlive's own ledger Virtual Object.
 LEDGER = "outlive_ledger"
 #: The ledger's handlers, on whichever object keeps it.
 EXECUTE = "outlive_execute"
+#: The same writer with its state read lazily. Both are exclusive handlers of the same object,
+#: so their invocations for a key wait in one queue, in the order sent: which of the two a
+#: command goes to changes its cost, never its place. Eagerly, Restate sends every key of the
+#: object with each invocation, and a work's batches of journal entries are kept for its whole
+#: life; a command reads only the core, the collections and the entries it names (the layout
+#: below), in two or three rounds. So a short ledger is cheaper eagerly (no round trip), a
+#: long one lazily (its batches are not shipped to the deployment on every write).
+EXECUTE_LAZY = "outlive_execute_lazy"
 LOAD = "outlive_load"
 #: Request header of ``outlive_execute``: ``state`` asks the write to answer with what it left
 #: (:func:`answer`), for a caller that keeps the state it read and would read it again next.
@@ -172,6 +182,9 @@ def sent(raw: bytes, cmd: L.Command | tuple[L.RecordSteps, L.Command]) -> bytes:
 
 #: How many commands the ledger's handler took as sent, in this process (tests, benchmarks).
 taken = 0
+#: How many invocations of each ledger writer (by handler name) ran in this process, replays
+#: included (tests, benchmarks).
+executed: dict[str, int] = {EXECUTE: 0, EXECUTE_LAZY: 0}
 
 
 def _received(raw: bytes) -> Any:
@@ -605,7 +618,7 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
 
     Returns ``obj``. Serve it in your app and register the app once, as any deployment.
     """
-    if EXECUTE in obj.handlers or LOAD in obj.handlers:
+    if EXECUTE in obj.handlers or EXECUTE_LAZY in obj.handlers or LOAD in obj.handlers:
         raise InvalidRecord(f"{obj.name!r} already keeps an outlive ledger")
 
     async def execute(ctx: restate.ObjectContext, req: bytes) -> bytes:
@@ -641,7 +654,16 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
             raise _errors.to_terminal(exc) from None
         return _errors.dumps(view.state) if view is not None else b""
 
-    obj.handler(name=EXECUTE, kind="exclusive", input_serde=_B, output_serde=_B)(execute)
+    def writer(name: str) -> Any:
+        async def run(ctx: restate.ObjectContext, req: bytes) -> bytes:
+            executed[name] += 1
+            return await execute(ctx, req)
+        run.__doc__ = execute.__doc__
+        return run
+
+    obj.handler(name=EXECUTE, kind="exclusive", input_serde=_B, output_serde=_B)(writer(EXECUTE))
+    obj.handler(name=EXECUTE_LAZY, kind="exclusive", input_serde=_B, output_serde=_B,
+                state_preload=False)(writer(EXECUTE_LAZY))
     obj.handler(name=LOAD, kind="shared", input_serde=_B, output_serde=_B)(load)
     return obj
 
@@ -658,10 +680,12 @@ ledger_object = keep_ledger(restate.VirtualObject(
     # kept for the idempotency window in which a client retries a command (minutes).
     journal_retention=timedelta(0),
     idempotency_retention=timedelta(minutes=10),
-    # Every key sent with every invocation (Restate's default). A command reads only the keys
-    # it needs (the layout above), so state read lazily would not grow with the journal: the
-    # last beat of a 12,288-step attempt took ~144 ms here, ~38 ms lazily. But each round of
-    # lazy reads is a round trip, and the 864-run sweep of small works took 130 s against
-    # 111 s. Restate 1.8 can preload just the core (a list of keys); the server here is 1.7.
+    # Every key sent with every invocation (Restate's default) to outlive_execute and
+    # outlive_load; outlive_execute_lazy reads its keys lazily (see EXECUTE_LAZY). A command
+    # reads only the keys it needs (the layout above), so state read lazily does not grow with
+    # the journal: the last beat of a 12,288-step attempt took ~144 ms here eagerly, ~38 ms
+    # lazily. But each round of lazy reads is a round trip: the 864-run sweep of small works
+    # took 130 s lazily against 111 s. Restate 1.8 can preload just the core (a list of keys);
+    # the server here is 1.7.
     state_preload=True,
 ))
