@@ -614,7 +614,8 @@ def _asks_state(ctx: restate.ObjectContext) -> bool:
 
 
 def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
-    """Keep works' ledgers on ``obj`` (keyed by work id): add ``outlive_execute`` and ``outlive_load``.
+    """Keep works' ledgers on ``obj`` (keyed by work id): add ``outlive_execute``,
+    ``outlive_execute_lazy`` and ``outlive_load``.
 
     Returns ``obj``. Serve it in your app and register the app once, as any deployment.
     """
