@@ -158,13 +158,18 @@ async def test_late_write_of_paused_handler_is_refused(server: RestateServer,
     assert st.stale_writes_applied == 0 and not st.candidates
 
 
+async def _counted(server: RestateServer, handler: str) -> Any:
+    """What the test app's deployment counted so far (its ``reports/<handler>``)."""
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{server.ingress}/reports/{handler}", json=None)
+        r.raise_for_status()
+        return r.json()
+
+
 async def _writers(server: RestateServer) -> dict[str, int]:
     """How many invocations of each ledger writer the test app's deployment ran so far."""
-    async with httpx.AsyncClient() as http:
-        r = await http.post(f"{server.ingress}/reports/ledger_writers", json=None)
-        r.raise_for_status()
-        got: dict[str, int] = r.json()
-        return got
+    got: dict[str, int] = await _counted(server, "ledger_writers")
+    return got
 
 
 async def test_held_step_writes_reach_the_ledger_together_in_order(
@@ -257,11 +262,8 @@ async def test_held_writes_reach_the_ledger_decoded_once(backend: RestateBackend
     applies it: the ledger takes the command as sent instead of decoding its bytes again. Two
     batches (256 steps, then the rest with the finish), both taken; the journal is whole."""
     async def taken() -> int:
-        async with httpx.AsyncClient() as http:
-            r = await http.post(f"{server.ingress}/reports/sent_taken", json=None)
-            r.raise_for_status()
-            got: int = r.json()
-            return got
+        got: int = await _counted(server, "sent_taken")
+        return got
 
     before = await taken()
     work = f"held/{uuid.uuid4().hex[:8]}"

@@ -144,9 +144,6 @@ class HandlerBackend(Backend):
         self._held_work = ""
         self._held_since = 0
         self._held_bytes = 0
-        #: The held writes reached :data:`_HOLD_MAX`: they leave when the next step starts,
-        #: or with the next command (the attempt's last batch rides with its finish).
-        self._full = False
         #: The work whose ledger this invocation loaded, and how many journal entries it knows
         #: that ledger holds (loaded, plus the steps written since): a function of journaled
         #: values only, so a replay picks the same writer for each command.
@@ -207,13 +204,14 @@ class HandlerBackend(Backend):
             raise InvalidRecord(f"the ledger answered with {type(out).__name__}")
         return out
 
-    def _writer(self, work_id: str, steps: L.Command | None) -> str:
-        """The ledger's writer for a command to ``work_id`` (carrying ``steps``, if any)."""
+    def _writer(self, work_id: str, cmd: L.Command) -> str:
+        """The ledger's writer for ``cmd``, about to leave for ``work_id``; a ``RecordSteps``
+        also counts its entries into what this invocation knows the ledger holds."""
         work, n = self._known
         if work != work_id:
             return EXECUTE
-        if isinstance(steps, L.RecordSteps):
-            self._known = (work, n + len(steps.entries))
+        if isinstance(cmd, L.RecordSteps):
+            self._known = (work, n + len(cmd.entries))
         return EXECUTE_LAZY if n >= _LAZY_FROM else EXECUTE
 
     async def execute(self, work_id: str, command: L.Command) -> L.Outcome:
@@ -287,8 +285,8 @@ class HandlerBackend(Backend):
 
     async def run_and_record(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                              record: Callable[[Any], L.Command]) -> tuple[Any, L.Outcome]:
-        if self._full:
-            self.send_held()   # a full batch leaves before the next step runs
+        if len(self._held) >= _HOLD_MAX:
+            self.send_held()   # a full batch leaves before the next step runs (see _hold)
         result = await self.run_step(call, fn)
         held = self.write == "held" and self._held_work in ("", call.work_id)
         # a held write leaves later, so it keeps a copy: the caller may change the value returned
@@ -325,22 +323,19 @@ class HandlerBackend(Backend):
         steps and the command that carries or follows them.
         """
         size = sum(L.check_size(e.result, f"result of step {e.step!r}") for e in cmd.entries)
-        if self._full:
-            self.send_held()
         if not self._held:
             self._held_work, self._held_since, self._held_bytes = work_id, cmd.at, 0
         self._held.append(cmd)
         self._held_bytes += size
         if cmd.at - self._held_since >= self.hold or self._held_bytes >= L.MAX_PAYLOAD_BYTES:
             self.send_held()
-        self._full = len(self._held) >= _HOLD_MAX
         return L.Outcome(kind="held")
 
     def _held_command(self) -> tuple[str, L.RecordSteps] | None:
         if not self._held:
             return None
         held, work = self._held, self._held_work
-        self._held, self._held_work, self._full = [], "", False
+        self._held, self._held_work = [], ""
         first, last = held[0], held[-1]
         return work, L.RecordSteps(attempt=first.attempt, token=first.token, at=last.at,
                                    entries=tuple(e for c in held for e in c.entries),
