@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,39 @@ async def futures(ctx: restate.Context, arg: Any) -> dict[str, Any]:
     return {"direct": direct, "value": got.decode(), "error": error,
             "after_await": _futures.direct(plain) is None,
             "again": (await _futures.awaited(plain)).decode(), "first": first.decode()}
+
+
+@reports.handler()
+async def races(ctx: restate.Context, arg: Any) -> dict[str, Any]:
+    """``_futures.first`` against ``restate.wait_completed`` on this SDK's futures, inside a
+    real invocation: a quick step against a long timer, a slow step against a short one, then
+    both completed (the step not yet taken, as when a held step's race returns)."""
+    del arg
+    once: restate.RunOptions[bytes] = restate.RunOptions(max_attempts=1, serde=BytesSerde())
+
+    async def quick() -> bytes:
+        return b"q"
+
+    async def slow() -> bytes:
+        await asyncio.sleep(0.4)
+        return b"s"
+
+    long_timer = ctx.sleep(timedelta(seconds=60))
+    run = ctx.run_typed("quick", quick, once)
+    direct = _futures.polls(run, long_timer) is not None
+    quick_won = await _futures.first(run, long_timer)
+    quick_sdk = run in (await restate.wait_completed(run, long_timer))[0]
+    quick_value = await _futures.awaited(run)
+    short_timer = ctx.sleep(timedelta(milliseconds=50))
+    run = ctx.run_typed("slow", slow, once)
+    slow_won = await _futures.first(run, short_timer)
+    slow_sdk = run in (await restate.wait_completed(run, short_timer))[0]
+    waited = await _futures.first(run, long_timer)     # the slow step ends before a minute
+    both = await _futures.first(run, short_timer)      # both completed, neither taken
+    both_sdk = run in (await restate.wait_completed(run, short_timer))[0]
+    slow_value = await _futures.awaited(run)
+    return {"direct": direct, "quick": [quick_won, quick_sdk, quick_value.decode()],
+            "slow": [slow_won, slow_sdk, waited, slow_value.decode()], "both": [both, both_sdk]}
 
 
 @desk.handler()

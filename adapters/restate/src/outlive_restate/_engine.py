@@ -61,7 +61,7 @@ from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
 from . import _errors
-from ._futures import awaited
+from ._futures import awaited, first
 from ._ledger import EXECUTE, EXECUTE_LAZY, LEDGER, LOAD, _encode_entry, _View, _write, read_all, sent
 
 __all__ = [
@@ -275,8 +275,7 @@ class HandlerBackend(Backend):
         while self.renew_ms is not None and self.beat is not None:
             if self._timer is None:
                 self._timer = self.ctx.sleep(timedelta(milliseconds=self.renew_ms))
-            done, _ = await restate.wait_completed(run, self._timer)
-            if run in done:
+            if await first(run, self._timer):
                 return
             self._timer = None
             await self.tick()
