@@ -27,7 +27,6 @@ import outlive
 from outlive import Controller
 from outlive.records import AttemptState
 from outlive_restate import RestateBackend, attempt_headers
-from outlive_restate._engine import _HOLD_MAX
 from outlive_restate.server import RestateServer
 
 HERE = Path(__file__).parent
@@ -62,7 +61,7 @@ async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict
         assert isinstance(backend, RestateBackend) and isinstance(desk, RestateBackend)
         base = server.ingress
         arg = {"n": n, "chunk": chunk}
-        held_n = max(n, 4 * _HOLD_MAX)
+        held_n = max(n, 1024)
         await _call(http, f"{base}/bench/floor", {"n": 5, "chunk": 5, "key": "warm-up"})
         for _ in range(runs):
             work = f"bench/{uuid.uuid4().hex[:8]}"
@@ -77,8 +76,9 @@ async def per_step(server: RestateServer, runs: int, n: int, chunk: int) -> dict
                 http, f"{base}/bench_desk/{work.replace('/', '%2F')}/owned", arg,
                 attempt_headers(work, att, "bench_desk", renew_ms=20_000)))
             # the handler shape as a dispatched attempt runs it: renewed (a 60 s lease's
-            # third), its step writes held back; more steps, so that several writes of the
-            # held ones (one per _HOLD_MAX steps) fall inside the timed chunks
+            # third), its step writes held back; more steps, so that writes of the held ones
+            # (one per _HOLD_MAX steps, and the last with the settling) fall inside the timed
+            # chunks
             work = f"bench/{uuid.uuid4().hex[:8]}"
             att = await _admitted(backend, work)
             got["handler shape (held)"].append(await _call(

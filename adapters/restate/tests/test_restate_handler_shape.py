@@ -175,11 +175,11 @@ async def _writers(server: RestateServer) -> dict[str, int]:
 async def test_held_step_writes_reach_the_ledger_together_in_order(
         backend: RestateBackend, server: RestateServer) -> None:
     """A dispatched attempt (its lease renewed) holds its step writes back and writes them
-    together: 600 quick steps are three ledger writes (256, 256, then the rest with the finish)
-    instead of 600, and the journal is the one per-step writes give, entry for entry. Once the
-    ledger holds a full batch, the work's commands go to the lazy writer: Restate stops
+    together: 600 quick steps are two ledger writes (a batch of 512, then the rest with the
+    finish) instead of 600, and the journal is the one per-step writes give, entry for entry.
+    Once the ledger holds 256 entries, the work's commands go to the lazy writer: Restate stops
     shipping the whole stored journal with each. Only this work's commands reach that writer,
-    so its count is exact: the held attempt's last two writes; with per-step writes, every one
+    so its count is exact: the held attempt's last write; with per-step writes, every one
     after the 256th step's and the finish."""
     journals, writes, lazy = [], [], []
     for write in (None, "call"):
@@ -197,11 +197,11 @@ async def test_held_step_writes_reach_the_ledger_together_in_order(
     assert journals[0] == journals[1] and len(journals[0]) == 600
     assert [r for *_, r in journals[0]] == [1] * 600
     assert [int(step[1:]) for step, *_ in journals[0]] == list(range(600))
-    assert writes == [1 + 3, 1 + 600]
-    assert lazy == [2, 600 - 256 + 1]
+    assert writes == [1 + 2, 1 + 600]
+    assert lazy == [1, 600 - 256 + 1]
 
 
-@pytest.mark.parametrize("n", [256, 512])
+@pytest.mark.parametrize("n", [512, 1024])
 async def test_an_attempts_last_full_batch_leaves_with_its_finish(
         backend: RestateBackend, server: RestateServer, n: int) -> None:
     """Held writes that fill a batch leave when the next step starts, not at once: an attempt
@@ -216,10 +216,10 @@ async def test_an_attempts_last_full_batch_leaves_with_its_finish(
     after = await _writers(server)
     assert [e.result for e in st.journal] == list(range(n))
     (att,) = st.attempts
-    assert att.signs - att.heartbeats == 1 + n // 256
-    # n=256: the claim and the finish carrying all 256, both eager (the ledger held none);
-    # n=512: the claim, the first batch (eager), the finish carrying the second (lazy)
-    assert after[EXECUTE_LAZY] - before[EXECUTE_LAZY] == n // 256 - 1
+    assert att.signs - att.heartbeats == 1 + n // 512
+    # n=512: the claim and the finish carrying all 512, both eager (the ledger held none);
+    # n=1024: the claim, the first batch (eager), the finish carrying the second (lazy)
+    assert after[EXECUTE_LAZY] - before[EXECUTE_LAZY] == n // 512 - 1
     assert after[EXECUTE] - before[EXECUTE] >= 2
 
 
@@ -260,7 +260,7 @@ async def test_held_writes_reach_the_ledger_decoded_once(backend: RestateBackend
                                                         server: RestateServer) -> None:
     """The deployment that sends a batch of held writes also serves the ledger object that
     applies it: the ledger takes the command as sent instead of decoding its bytes again. Two
-    batches (256 steps, then the rest with the finish), both taken; the journal is whole."""
+    batches (512 steps, then the rest with the finish), both taken; the journal is whole."""
     async def taken() -> int:
         got: int = await _counted(server, "sent_taken")
         return got
@@ -268,10 +268,10 @@ async def test_held_writes_reach_the_ledger_decoded_once(backend: RestateBackend
     before = await taken()
     work = f"held/{uuid.uuid4().hex[:8]}"
     await opened(backend, work)
-    await backend.start_work(work, service="reports", handler="many", arg={"n": 300},
+    await backend.start_work(work, service="reports", handler="many", arg={"n": 600},
                              lease=timedelta(seconds=60))
     st = await until("the attempt to finish", partial(finished, backend, work), timeout=90)
-    assert [e.result for e in st.journal] == list(range(300))
+    assert [e.result for e in st.journal] == list(range(600))
     assert await taken() - before == 2
 
 
