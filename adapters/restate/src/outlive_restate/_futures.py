@@ -15,8 +15,8 @@ silently slower.
 
 :func:`first` races a step's entry against the renewal timer, as ``restate.wait_completed``
 does: the same poll of the same two handles. The SDK's poll converts the combinator it waits on
-to the VM's own type at every turn of its loop (about four per step), which costs a held step,
-which races on every step, ~0.015 of its ratio to a raw step; :func:`first` builds that value
+to the VM's own type at every turn of its loop (about four per step), which cost a held step,
+which races on every step, ~0.01 of its ratio to a raw step; :func:`first` builds that value
 once per step and hands it to the poll, which takes it as it is through :func:`passthrough`.
 Where the SDK lacks any of this, :func:`first` is ``restate.wait_completed``; the same tests pin
 that the installed SDK takes the direct path and answers as ``wait_completed`` does.
@@ -50,7 +50,6 @@ async def awaited(future: Awaitable[T]) -> T:
         return await future
     got: T = await fetch()
     return got
-
 
 
 def passthrough() -> type | None:
