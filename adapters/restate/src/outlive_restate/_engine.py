@@ -243,9 +243,9 @@ class HandlerBackend(Backend):
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """The body as one ``ctx.run_typed`` entry; its journaled value carries the time."""
-        entry = _envelope(await self._run(call, fn))
-        self.now = max(self.now, int(entry["t"]))
-        return codec.decode(entry["v"])
+        result, at = _envelope(await self._run(call, fn))
+        self.now = max(self.now, at)
+        return result
 
     async def _run(self, call: StepCall, fn: Callable[[], Awaitable[Any]],
                    proposed: Callable[[bytes], None] | None = None) -> bytes:
@@ -512,9 +512,8 @@ class OwnedBackend(HandlerBackend):
             self._encoded.update(enc)
             self._commit(cmd, view, state, new)
             return result, outcome
-        entry = _envelope(raw)
-        self.now = max(self.now, int(entry["t"]))
-        result = codec.decode(entry["v"])
+        result, at = _envelope(raw)
+        self.now = max(self.now, at)
         return result, await self._apply(call.work_id, record(result))
 
 
@@ -534,9 +533,8 @@ class _Ahead:
         if self.late or self.gen != b._gen or self.now != b.now:
             return      # the step already went on, or the state moved: done after the entry
         try:
-            entry = _envelope(raw)
-            result = codec.decode(entry["v"])
-            now = max(b.now, int(entry["t"]))
+            result, at = _envelope(raw)
+            now = max(b.now, at)
             b.now = now             # the clock the command is recorded and applied with
             try:
                 cmd = self.record(result)
@@ -568,10 +566,11 @@ def _after_send(fn: Callable[[bytes], None], raw: bytes) -> None:
 _BARE = contextvars.Context()
 
 
-def _envelope(raw: bytes) -> Any:
-    """A step's journaled value, ``{"v": result, "t": ms}``, parsed (from text: ``json.loads``
-    of bytes first works out their encoding, which costs a third more on every step)."""
-    return json.loads(raw.decode("utf-8"))
+def _envelope(raw: bytes) -> tuple[Any, int]:
+    """A step's journaled value, ``{"v": result, "t": ms}``: the result and the time (parsed
+    from text: ``json.loads`` of bytes first works out their encoding, a third more a step)."""
+    entry = json.loads(raw.decode("utf-8"))
+    return codec.decode(entry["v"]), int(entry["t"])
 
 
 async def _wall() -> float:
