@@ -129,3 +129,29 @@ def test_the_encoder_built_once_writes_what_the_json_encoder_writes(value: objec
 
     assert hashing._text_of(value) == hashing._CANONICAL.encode(value)
     assert hashing._canonical_size(value) == len(canonical(value))
+
+
+@pytest.mark.parametrize("data", [b"", b"outlive", "é\u2028".encode(), bytes(range(256)) * 40])
+def test_the_builtin_sha256_gives_hashlibs_digest(data: bytes) -> None:
+    import hashlib
+
+    from outlive.hashing import _SHA256
+
+    assert _SHA256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_without_a_builtin_sha256_or_with_a_wrong_one_hashlibs_is_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import types
+
+    from outlive import hashing
+
+    def missing(name: str) -> types.ModuleType:
+        raise ImportError(name)
+
+    monkeypatch.setattr(hashing.importlib, "import_module", missing)
+    assert hashing._builtin_sha256() is hashlib.sha256
+    wrong = types.SimpleNamespace(sha256=hashlib.sha1)   # a digest, but another one
+    monkeypatch.setattr(hashing.importlib, "import_module", lambda name: wrong)
+    assert hashing._builtin_sha256() is hashlib.sha256

@@ -10,14 +10,22 @@ can never half-write.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Union
 
 from . import errors as E
 from ._check import check_fields, check_id, checked_copy
 from ._clone import clone, evolve, quick_init
-from .hashing import _KEYED, _canonical_size, _result_hash, _text_of, canonical, content_hash, input_key
+from .hashing import (
+    _KEYED,
+    _SHA256,
+    _canonical_size,
+    _result_hash,
+    _text_of,
+    canonical,
+    content_hash,
+    input_key,
+)
 from .records import (
     Acceptance,
     Attempt,
@@ -475,7 +483,7 @@ _SETTLED = (EffectState.CONFIRMED, EffectState.POSSIBLY_DUPLICATED)
 
 def key_hash(secret: str) -> str:
     """How the secret part of a token is stored: SHA-256 of its UTF-8 bytes, hex."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+    return _SHA256(secret.encode("utf-8")).hexdigest()
 
 
 #: :func:`key_hash` of the secrets met lately, by the exact secret: an attempt's writes all carry
