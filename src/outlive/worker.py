@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import inspect
 import time
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -74,14 +75,24 @@ class External:
 
 
 def _unwrap(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    for v in inputs.values():       # a loop, not a comprehension: this runs on every step
+    """The inputs' values, and the names of the external ones, sorted: in one pass (a loop,
+    not comprehensions: this runs on every step)."""
+    values: dict[str, Any] = {}
+    external: list[str] | None = None
+    for k, v in inputs.items():
         if isinstance(v, External):
-            break
-    else:
-        return dict(inputs), ()
-    external = [k for k, v in inputs.items() if isinstance(v, External)]
-    values = {k: (v.value if isinstance(v, External) else v) for k, v in inputs.items()}
-    return values, tuple(sorted(external))
+            values[k] = v.value
+            if external is None:
+                external = [k]
+            else:
+                external.append(k)
+        else:
+            values[k] = v
+    if external is None:
+        return values, ()
+    if len(external) > 1:
+        external.sort()
+    return values, tuple(external)
 
 
 @quick_init
@@ -130,6 +141,10 @@ class _Prepared:
 _STEP_WRITE = maker(L.StepWrite)
 _RECORD_STEPS = maker(L.RecordSteps)
 _STEP_RECORD = maker(StepRecord)
+
+
+#: The type of what an ``async def`` function returns when called.
+_COROUTINE = types.CoroutineType
 
 
 def _ms() -> int:
@@ -235,7 +250,7 @@ class Worker:
 
         async def body() -> Any:
             out = fn(**ins)
-            if inspect.isawaitable(out):
+            if type(out) is _COROUTINE or inspect.isawaitable(out):   # the first: an async fn
                 out = await out
             return out
 

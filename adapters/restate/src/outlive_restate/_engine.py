@@ -111,6 +111,8 @@ _HOLD_MAX = 512
 #: (~80 KB per 256 small steps) to the deployment with each of them; below it, eager state (no
 #: round trip for a read) is the cheaper.
 _LAZY_FROM = 256
+#: What a held step's write answers (a frozen record: one serves every step).
+_HELD = L.Outcome(kind="held")
 #: A step's run: its body runs once (a retry is a new attempt's business), its value is bytes.
 _ONCE: restate.RunOptions[bytes] = restate.RunOptions(max_attempts=1, serde=_B)
 
@@ -337,7 +339,7 @@ class HandlerBackend(Backend):
         self._held_bytes += size
         if cmd.at - self._held_since >= self.hold or self._held_bytes >= L.MAX_PAYLOAD_BYTES:
             self.send_held()
-        return L.Outcome(kind="held")
+        return _HELD
 
     def _held_command(self) -> tuple[str, L.RecordSteps] | None:
         if not self._held:
