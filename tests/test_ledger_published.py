@@ -66,6 +66,10 @@ def test_the_size_check_is_published() -> None:
     with pytest.raises(E.PayloadTooLarge) as info:
         L.check_size("x" * L.MAX_PAYLOAD_BYTES, "the value")
     assert info.value.details["limit"] == L.MAX_PAYLOAD_BYTES
+    # a template and its name: formatted into the message only when the value is too large
+    assert L.check_size("x" * 10, "result of step {!r}", "s{1}") == 12
+    with pytest.raises(E.PayloadTooLarge, match=r"^result of step 's\{1\}' is \d+ bytes"):
+        L.check_size("x" * L.MAX_PAYLOAD_BYTES, "result of step {!r}", "s{1}")
 
 
 def test_changed_says_whether_a_store_must_write() -> None:

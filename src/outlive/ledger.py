@@ -443,11 +443,14 @@ def check_work_id(work_id: Any) -> str:
     return check_id(work_id, "work_id")
 
 
-def check_size(value: Any, what: str) -> int:
-    """Raise :class:`~outlive.errors.PayloadTooLarge` if ``value`` is over the limit; its size."""
+def check_size(value: Any, what: str, name: str | None = None) -> int:
+    """Raise :class:`~outlive.errors.PayloadTooLarge` if ``value`` is over the limit; its size.
+
+    With ``name``, ``what`` is a template formatted with it only for the error (callers on a
+    step's path size every result: the message is built for the one over the limit)."""
     n = len(canonical(value))
     if n > MAX_PAYLOAD_BYTES:
-        raise _too_large(n, what)
+        raise _too_large(n, what.format(name) if name is not None else what)
     return n
 
 

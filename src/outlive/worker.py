@@ -292,7 +292,7 @@ class Worker:
             result, _ = await _observe.run_and_record(self.backend, p.call, p.body, p.record)
         else:
             result = await self.backend.run_step(p.call, p.body)
-            L.check_size(result, f"result of step {name!r}")
+            L.check_size(result, "result of step {!r}", name)
             # a copy: the caller may change the returned value before the write leaves
             self._pending.append(p.write(clone(result)))
         self._remember(p, result, p.rid, restored=False)

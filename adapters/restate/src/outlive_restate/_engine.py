@@ -58,7 +58,6 @@ from outlive import ledger as L
 from outlive._clone import clone, evolve
 from outlive.backend import Backend, StepCall
 from outlive.errors import InvalidRecord, NotFound, OutliveError, Rejected
-from outlive.hashing import canonical
 from outlive.records import Attempt, AttemptState, JournalEntry, WorkState
 from outlive.worker import Persist, Worker
 
@@ -306,7 +305,7 @@ class HandlerBackend(Backend):
         # A stale token or a version mismatch needs the ledger's state: it refuses the sent
         # write, and the attempt learns it at its next awaited write (which the same fence
         # refuses).
-        L.check_size(result, f"result of step {call.step!r}")
+        L.check_size(result, "result of step {!r}", call.step)
         self.ctx.generic_send(self.ledger, self._writer(call.work_id, cmd), _errors.dumps(cmd),
                               key=call.work_id)
         return result, L.Outcome(kind="sent")
@@ -328,11 +327,8 @@ class HandlerBackend(Backend):
         steps and the command that carries or follows them.
         """
         size = 0
-        for e in cmd.entries:   # the message is built only for a result over the limit
-            n = len(canonical(e.result))
-            if n > L.MAX_PAYLOAD_BYTES:
-                L.check_size(e.result, f"result of step {e.step!r}")
-            size += n
+        for e in cmd.entries:
+            size += L.check_size(e.result, "result of step {!r}", e.step)
         if not self._held:
             self._held_work, self._held_since, self._held_bytes = work_id, cmd.at, 0
         self._held.append(cmd)
@@ -584,8 +580,7 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
 
 
 def _envelope(raw: bytes) -> tuple[Any, int]:
-    """A step's journaled value, ``{"v": result, "t": ms}``: the result and the time (parsed
-    from text: ``json.loads`` of bytes first works out their encoding, a third more a step).
+    """A step's journaled value, ``{"v": result, "t": ms}``: the result and the time.
 
     Anything else (a journal written by something other than this code) is refused, typed."""
     try:

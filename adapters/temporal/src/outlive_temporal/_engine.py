@@ -221,7 +221,7 @@ class Attempt:
                             result=led.keep(result), result_id=rid,
                             external=tuple(sorted(external)))
         if led.owner.outlive_progress == "end":
-            L.check_size(write.result, f"result of step {name!r}")
+            L.check_size(write.result, "result of step {!r}", name)
             self._pending[name] = (key, write, result)
         else:
             led.apply(L.RecordSteps(attempt=self.number, token=self.token, entries=(write,),
