@@ -22,6 +22,7 @@ from .receiver import MemoryReceiver, SqliteReceiver
 from .records import (
     Acceptance,
     Attempt,
+    AttemptError,
     AttemptState,
     Candidate,
     Contract,
@@ -35,6 +36,7 @@ from .records import (
     WorkState,
 )
 from .rules import Dependable, LatestAccepted, LatestFinished, PinnedVersion, StrictCurrent
+from .runtime import Kind, NonRetryable, RetryPolicy, Runtime, WorkHandle, WorkStatus
 from .supervisor import (
     Assignment,
     AttemptContext,
@@ -60,6 +62,7 @@ __all__ = [
     "Assignment",
     "Attempt",
     "AttemptContext",
+    "AttemptError",
     "AttemptState",
     "Backend",
     "Candidate",
@@ -73,6 +76,12 @@ __all__ = [
     "External",
     "InputVersion",
     "JournalEntry",
+    "Kind",
+    "NonRetryable",
+    "RetryPolicy",
+    "Runtime",
+    "WorkHandle",
+    "WorkStatus",
     "LatestAccepted",
     "Lease",
     "LatestFinished",

@@ -14,7 +14,8 @@ caller can write one ``except`` clause whatever engine runs underneath::
     │   │                            pinned version, nor declared external
     │   └── CorruptRecord            a stored record that does not decode to a valid record
     ├── ScenarioError                a scenario file is malformed (names file, field, problem)
-    ├── GaveUp                       the supervisor reached its cap on attempts (carries them)
+    ├── GaveUp                       the supervisor reached its cap on attempts (carries them
+    │                                and the last error)
     ├── EffectAmbiguous              the receiver did not answer, or the sender broke its
     │                                contract: the intent stays open; resend the same key
     └── Rejected                     the ledger refused a command; nothing was written
@@ -29,6 +30,8 @@ caller can write one ``except`` clause whatever engine runs underneath::
         ├── ContractFailed           the assessor said no
         ├── AttemptActive            a successor while the owner is still live
         ├── AttemptStopped           the attempt was stopped (its candidate refused, or replaced)
+        ├── WorkFailed               the work ended with an error (non-retryable, or retries
+        │                            spent): carries its type, message and traceback
         ├── InputConflict            a published version's content cannot change
         ├── NotFound                 unknown work, version, candidate or attempt
         ├── WorkExists               open_work with another policy
@@ -67,6 +70,7 @@ __all__ = [
     "UnknownToken",
     "VersionMismatch",
     "WorkExists",
+    "WorkFailed",
     "error_from_dict",
 ]
 
@@ -182,6 +186,15 @@ class GaveUp(OutliveError):
     """
 
 
+class WorkFailed(Rejected):
+    """The work ended with an error: non-retryable, or its retries spent; nothing more is admitted.
+
+    ``details`` carry the error's ``type``, ``message`` and ``traceback`` (as the failing attempt
+    recorded them) and ``work_id``. Raised by a work handle's ``result()`` and by the ledger when
+    asked to admit an attempt to a failed work.
+    """
+
+
 class InputConflict(Rejected):
     """A published input version is immutable: same version name, different content."""
 
@@ -210,7 +223,7 @@ _TYPES: dict[str, type[OutliveError]] = {
         StaleOwner, UnknownToken, AttemptEnded, AttemptClaimed, AttemptSilent, VersionMismatch,
         ContractFailed,
         AttemptActive, InputConflict, NotFound, WorkExists, EffectAmbiguous, EffectConflict,
-        AttemptStopped, GaveUp,
+        AttemptStopped, GaveUp, WorkFailed,
     )
 }
 

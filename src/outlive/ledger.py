@@ -29,6 +29,7 @@ from .hashing import (
 from .records import (
     Acceptance,
     Attempt,
+    AttemptError,
     AttemptState,
     Candidate,
     Contract,
@@ -52,6 +53,8 @@ __all__ = [
     "Checked",
     "Command",
     "ConfirmEffect",
+    "Fail",
+    "FailWork",
     "Finish",
     "Heartbeat",
     "MarkStopped",
@@ -105,6 +108,8 @@ class OpenWork:
     policy: Policy = field(default_factory=Policy)
     #: The first token issued is ``epoch_floor + 1``: continue an epoch kept elsewhere.
     epoch_floor: int = 0
+    #: The kind of work (a runtime's name for it): a restarted runtime finds its works by it.
+    kind: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,9 +267,30 @@ class Finish:
     secret: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Fail:
+    """The attempt's own code raised: an answer, not silence. Recorded with the attempt, which
+    ends (``failed``); the controller's retry policy decides whether a successor follows."""
+
+    attempt: int
+    token: int
+    at: int
+    error: AttemptError
+    secret: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailWork:
+    """The controller ends the work with an error (non-retryable, or its retries are spent):
+    no attempt is admitted after it. Idempotent: the first failure stands."""
+
+    error: AttemptError
+    at: int
+
+
 Command = Union[
     OpenWork, PublishInput, Admit, Heartbeat, MarkUnknown, MarkStopped, RecordSteps,
-    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish, Wait, Resume,
+    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish, Wait, Resume, Fail, FailWork,
 ]
 
 
@@ -272,7 +298,7 @@ Command = Union[
 #: (through :func:`is_command`) instead of keeping their own list.
 COMMANDS: tuple[type, ...] = (
     OpenWork, PublishInput, Admit, Heartbeat, MarkUnknown, MarkStopped, RecordSteps,
-    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish, Wait, Resume,
+    SubmitCandidate, Accept, RecordIntent, ConfirmEffect, Finish, Wait, Resume, Fail, FailWork,
 )
 
 
@@ -477,7 +503,7 @@ def accepted(state: WorkState, digest: str, contract: Contract) -> Acceptance | 
 
 
 # -- helpers -----------------------------------------------------------------------------------
-_ENDED = (AttemptState.FINISHED, AttemptState.STOPPED)
+_ENDED = (AttemptState.FINISHED, AttemptState.STOPPED, AttemptState.FAILED)
 #: Leaves room for 2**32 admissions before an epoch would pass what every store holds.
 _EPOCH_FLOOR_MAX = 2 ** 62
 #: Effect states after the receiver answered: never sent again.
@@ -709,10 +735,14 @@ def _apply(state: WorkState | None, cmd: Command, work_id: str | None,
             if not 0 <= cmd.epoch_floor <= _EPOCH_FLOOR_MAX:
                 raise E.InvalidRecord(f"epoch_floor must be between 0 and {_EPOCH_FLOOR_MAX}",
                                       field="epoch_floor")
-            new = WorkState(work_id=work_id, policy=cmd.policy, epoch=cmd.epoch_floor)
+            new = WorkState(work_id=work_id, policy=cmd.policy, epoch=cmd.epoch_floor,
+                            kind=cmd.kind)
             return new, Outcome(kind="opened", record=new.policy)
         if state.policy != cmd.policy:
             raise E.WorkExists(f"{state.work_id} is open with {state.policy}", work_id=state.work_id)
+        if cmd.kind is not None and state.kind is not None and cmd.kind != state.kind:
+            raise E.WorkExists(f"{state.work_id} is a work of kind {state.kind!r}, not {cmd.kind!r}",
+                               work_id=state.work_id, kind=state.kind)
         return state, Outcome(kind="exists", record=state.policy, seq=state.seq)
     if state is None:
         raise E.NotFound(f"work {work_id!r} is not open", work_id=work_id)
@@ -759,6 +789,10 @@ def _admit(state: WorkState, cmd: Admit, now: int | None) -> tuple[WorkState, Ou
             "worker it was handed to; wait until it finishes or goes silent",
             attempt=cur.number, request_id=cmd.request_id,
         )
+    if state.failure is not None:
+        raise E.WorkFailed(f"{state.work_id} failed ({state.failure.type}: "
+                           f"{state.failure.message}); no attempt is admitted after it",
+                           work_id=state.work_id, error=state.failure.type)
     if cur is not None and cur.state in _LIVE:
         raise E.AttemptActive(
             f"attempt #{cur.number} is {cur.state.value}; mark it unknown or finished first",
@@ -1248,6 +1282,31 @@ def _resume(state: WorkState, cmd: Resume, now: int | None) -> tuple[WorkState, 
         kind="resumed", record=att, seq=seq)
 
 
+def _fail(state: WorkState, cmd: Fail, now: int | None) -> tuple[WorkState, Outcome]:
+    if not isinstance(cmd.error, AttemptError):
+        raise E.InvalidRecord("a failure carries an AttemptError", field="error")
+    att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
+    if stale:
+        return state, Outcome(kind="ignored", record=att, seq=state.seq)
+    at = _when(cmd.at, now)
+    att = evolve(att, state=AttemptState.FAILED, error=evolve(cmd.error, at=at), waiting_for=None,
+                 last_heartbeat=max(att.last_heartbeat, at), signs=att.signs + 1)
+    seq = state.seq + 1
+    return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
+        kind="failed", record=att, seq=seq)
+
+
+def _fail_work(state: WorkState, cmd: FailWork, now: int | None) -> tuple[WorkState, Outcome]:
+    if not isinstance(cmd.error, AttemptError):
+        raise E.InvalidRecord("a failure carries an AttemptError", field="error")
+    if state.failure is not None:
+        return state, Outcome(kind="unchanged", record=state.failure, seq=state.seq)
+    failure = evolve(cmd.error, at=_when(cmd.at, now))
+    seq = state.seq + 1
+    return evolve(state, failure=failure, seq=seq), Outcome(kind="work_failed", record=failure,
+                                                            seq=seq)
+
+
 _HANDLERS: dict[type, Any] = {
     PublishInput: _publish,
     Admit: _admit,
@@ -1262,4 +1321,6 @@ _HANDLERS: dict[type, Any] = {
     Finish: _finish,
     Wait: _wait,
     Resume: _resume,
+    Fail: _fail,
+    FailWork: _fail_work,
 }

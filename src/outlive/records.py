@@ -16,6 +16,7 @@ from ._clone import quick_init
 __all__ = [
     "Acceptance",
     "Attempt",
+    "AttemptError",
     "AttemptState",
     "Candidate",
     "Contract",
@@ -46,6 +47,9 @@ class AttemptState(StrEnum):
     UNKNOWN = "unknown"
     FINISHED = "finished"
     STOPPED = "stopped"
+    #: The attempt's own code raised and said so (an answer, not silence): the error is kept
+    #: with the attempt, and the kind's retry policy decides what comes next.
+    FAILED = "failed"
 
 
 class EffectState(StrEnum):
@@ -81,6 +85,21 @@ class InputVersion:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AttemptError:
+    """An exception an attempt reported: kept with the attempt, shown by ``outlive works``.
+
+    ``retryable`` is the runner's classification under the kind's retry policy; the controller
+    decides from it whether a successor is due or the work fails now.
+    """
+
+    type: str
+    message: str
+    traceback: str = ""
+    at: int = 0
+    retryable: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class Attempt:
     """One try at the work, written before dispatch; ``token`` is the owner epoch it holds.
 
@@ -106,6 +125,8 @@ class Attempt:
     key_hash: str | None = None
     signs: int = 0
     secret: str | None = field(default=None, repr=False, compare=False)
+    #: The error a ``failed`` attempt reported.
+    error: AttemptError | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +251,11 @@ class WorkState:
     acceptances: tuple[Acceptance, ...] = ()
     effects: tuple[Effect, ...] = ()
     stale_writes_applied: int = 0
+    #: The kind of work (a runtime's registered name), so a restarted runtime finds its works.
+    kind: str | None = None
+    #: Set when the controller ended the work with an error (non-retryable, or retries spent):
+    #: no attempt is admitted after it.
+    failure: AttemptError | None = None
 
     # -- read helpers (pure) -------------------------------------------------------------------
     def version(self, name: str) -> InputVersion | None:
@@ -275,7 +301,7 @@ class WorkState:
 
 
 # Records are built several times per command: each gets the quicker ``__init__`` (same signature).
-for _cls in (Policy, InputVersion, Attempt, JournalEntry, Part, Candidate, Contract, Acceptance,
+for _cls in (Policy, InputVersion, AttemptError, Attempt, JournalEntry, Part, Candidate, Contract, Acceptance,
                 Receipt, Effect, WorkState):
     quick_init(_cls)
 del _cls

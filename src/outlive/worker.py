@@ -468,7 +468,8 @@ class Worker:
         if not isinstance(receipt, Receipt):
             raise EffectAmbiguous(
                 f"{op_key}: the sender returned {type(receipt).__name__}, not the receiver's "
-                f"Receipt; the intent stays open — resend with the same key", op_key=op_key)
+                f"Receipt; the intent stays open — resend with the same key", op_key=op_key,
+                broken_contract=True)   # a programming error: the runtime does not retry it
         await self._call(L.ConfirmEffect(attempt=self.attempt.number, token=self.token,
                                          op_key=op_key, receipt=receipt, at=self.clock(),
                                          secret=self.attempt.secret))

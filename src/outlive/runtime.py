@@ -1,0 +1,942 @@
+"""The runtime: many works of many kinds on one backend, event-driven, recovered at start.
+
+A :class:`Kind` describes a kind of work (the attempt function, its contract and assessor, its
+lease, retry policy and concurrency); a work is ``(kind, work_id)``, started with its first input
+version by :meth:`Runtime.start`, which returns a :class:`WorkHandle`. Starting an existing id
+returns the same work (as a Temporal workflow id or a DBOS workflow id does).
+
+One runtime supervises every open work of its kinds with one scheduler task, not a loop per work:
+
+- **Events, not polls.** A work started or published here, a candidate submitted by an attempt
+  run here, an attempt that finished, failed or whose task ended: each wakes the scheduler at
+  once for that work. ``result()`` resolves the moment the work completes. Across processes,
+  works started elsewhere are found by a short discovery read of the backend's list of works.
+- **Timers on deadlines.** Lease expiries of attempts that run elsewhere (another runtime,
+  another process, or a runtime that died), retry backoffs and wait limits sit in one heap; the
+  scheduler sleeps until the earliest. An attempt this runtime runs needs no timer: its task
+  ending is the event.
+- **Recovery.** At start the runtime reads the works of its kinds left open and carries them on:
+  an attempt whose runner died is silent, taken over after its lease, and its successor restores
+  what still matches.
+- **Errors are answers.** An exception from an attempt is recorded with it (type, message,
+  traceback) and goes through the kind's :class:`RetryPolicy`: transient errors get a successor
+  after a backoff, non-retryable ones (:class:`NonRetryable`, outlive's own programming errors)
+  fail the work at once with that error. Only silence makes an attempt ``unknown``.
+- **Queues.** ``Kind.concurrency`` caps the attempts of a kind running here; the rest wait in the
+  order their works were started, and :meth:`Runtime.start` waits while the kind's queue is full.
+
+Several runtimes may share one ``postgresql://`` (or ``sqlite://``) ledger: each watches every
+open work of its kinds, and the ledger decides between them (an ``Admit`` while an attempt is
+live is refused, a silence mark is a compare-and-set on the attempt's signs of life), so a
+surviving runtime takes over the attempts of a dead one after their lease. A runtime judges the
+candidates of the attempts it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import sys
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _observe
+from . import ledger as L
+from .backend import Backend, open_backend
+from .controller import Assessor, Controller, wall_clock_ms
+from .errors import (
+    AttemptActive,
+    AttemptEnded,
+    AttemptSilent,
+    AttemptStopped,
+    ConfigError,
+    EffectAmbiguous,
+    GaveUp,
+    InvalidRecord,
+    NotFound,
+    OutliveError,
+    Rejected,
+    StaleOwner,
+    UndeclaredInput,
+    WorkFailed,
+)
+from .records import (
+    Acceptance,
+    Attempt,
+    AttemptError,
+    AttemptState,
+    Candidate,
+    Contract,
+    InputVersion,
+    Policy,
+    WorkState,
+)
+from .rules import Dependable, Rule, dependable
+from .supervisor import (
+    AttemptContext,
+    AttemptFunction,
+    Completed,
+    InputLoader,
+    Lease,
+    _maybe,
+    resolve,
+    work_complete,
+)
+from .worker import Persist, Worker
+
+__all__ = ["Kind", "NonRetryable", "RetryPolicy", "Runtime", "WorkHandle", "WorkStatus"]
+
+log = logging.getLogger("outlive.runtime")
+
+
+class NonRetryable(Exception):
+    """Raise (or subclass) from an attempt or a step to fail the work now, without retrying.
+
+    A deterministic mistake gains nothing from another attempt and would pay for every model
+    call again.
+    """
+
+
+#: outlive's own programming errors: the same code fails the same way on every attempt.
+_PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (UndeclaredInput, InvalidRecord, TypeError,
+                                                        NonRetryable)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How a kind answers an attempt's exception, as Temporal's ``RetryPolicy`` does.
+
+    ``maximum_attempts`` caps the attempts pinned to one input version, whether they failed or
+    fell silent (0 = unlimited). The n-th retry after an error waits ``initial_interval *
+    backoff_coefficient**(n-1)`` seconds, at most ``maximum_interval``. ``non_retryable`` names
+    exception types (classes or their names) that fail the work at once, besides
+    :class:`NonRetryable` and outlive's programming errors (``UndeclaredInput``,
+    ``InvalidRecord``, a ``TypeError`` calling a step, a sender that returns no ``Receipt``).
+    """
+
+    maximum_attempts: int = 5
+    initial_interval: float = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval: float = 60.0
+    non_retryable: tuple[type[BaseException] | str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.maximum_attempts < 0:
+            raise ConfigError("maximum_attempts must be >= 0 (0 = unlimited)",
+                              field="maximum_attempts")
+        if self.initial_interval < 0 or self.maximum_interval < 0 or self.backoff_coefficient < 1:
+            raise ConfigError("intervals must be >= 0 and backoff_coefficient >= 1",
+                              field="initial_interval")
+
+    def retryable(self, exc: BaseException) -> bool:
+        """Whether another attempt may fix ``exc``."""
+        if isinstance(exc, _PROGRAMMING_ERRORS):
+            return False
+        if isinstance(exc, EffectAmbiguous) and exc.details.get("broken_contract"):
+            return False
+        names = {c if isinstance(c, str) else c.__name__ for c in self.non_retryable}
+        return not any(cls.__name__ in names or cls.__qualname__ in names
+                       for cls in type(exc).__mro__)
+
+    def delay_ms(self, failures: int) -> int:
+        """Wait before the attempt after the ``failures``-th consecutive error (1 = the first)."""
+        if failures <= 0:
+            return 0
+        delay = self.initial_interval * self.backoff_coefficient ** (failures - 1)
+        return int(min(delay, self.maximum_interval) * 1000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kind:
+    """A kind of work: what to run for every work of it, by name, so any process can run it.
+
+    ``attempt`` is ``async def attempt(ctx: AttemptContext)``; ``inputs`` loads a published
+    version's content by name (``inputs(version) -> {part: content}``) when the runtime that runs
+    an attempt did not publish it itself. ``concurrency`` caps the attempts of this kind running
+    in one runtime (None: no cap); beyond ``max_queued`` waiting works, :meth:`Runtime.start`
+    waits for room (backpressure).
+    """
+
+    name: str
+    attempt: str | AttemptFunction
+    contract: Contract
+    assessor: str | Assessor | None = None
+    inputs: str | InputLoader | None = None
+    policy: Policy = field(default_factory=Policy)
+    persist: Persist = "step"
+    lease: Lease = field(default_factory=Lease)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    concurrency: int | None = None
+    max_queued: int = 10_000
+    args: tuple[str, ...] = ()
+    #: When a work of this kind is done; default: the current version accepted under this kind's
+    #: contract and no effect intent open.
+    complete: Callable[[WorkState], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError("a kind needs a non-empty name", field="name")
+        if not (callable(self.attempt) or isinstance(self.attempt, str)):
+            raise ConfigError(f"Kind.attempt must be a function or 'module:function', got "
+                              f"{type(self.attempt).__name__}", field="attempt")
+        if not isinstance(self.contract, Contract):
+            raise ConfigError("Kind.contract must be an outlive.Contract", field="contract")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError("concurrency must be >= 1 or None", field="concurrency")
+
+    def is_complete(self, state: WorkState) -> bool:
+        return (self.complete or work_complete)(state)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkStatus:
+    """What a handle's ``state()`` answers: the ledger's state and the runtime's reading of it."""
+
+    work_id: str
+    kind: str | None
+    #: ``running``, ``waiting``, ``queued``, ``backoff``, ``completed``, ``failed`` or ``open``.
+    status: str
+    state: WorkState
+    last_error: AttemptError | None
+
+
+def _error_of(exc: BaseException, at: int, retryable: bool) -> AttemptError:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return AttemptError(type=type(exc).__qualname__, message=str(exc), traceback=tb[-8_000:],
+                        at=at, retryable=retryable)
+
+
+def last_error(state: WorkState) -> AttemptError | None:
+    """The work's failure, or else the error of its latest failed attempt."""
+    if state.failure is not None:
+        return state.failure
+    for att in reversed(state.attempts):
+        if att.error is not None:
+            return att.error
+    return None
+
+
+def status_of(state: WorkState, kind: Kind | None) -> str:
+    """One word for a work, from its ledger state alone."""
+    if state.failure is not None:
+        return "failed"
+    complete = kind.is_complete(state) if kind is not None else work_complete(state)
+    cur = state.current_attempt
+    if complete and (cur is None or not L.is_live(cur)):
+        return "completed"
+    if cur is not None and cur.state is AttemptState.WAITING:
+        return "waiting"
+    if cur is not None and L.is_live(cur):
+        return "running"
+    return "open"
+
+
+class _Context(AttemptContext):
+    """An attempt's context in a runtime: its candidate is judged on an event, not a poll."""
+
+    def __init__(self, runtime: Runtime, worker: Worker, kind: Kind,
+                 inputs: Mapping[str, Any] | None) -> None:
+        super().__init__(worker, _definition(kind, worker.work_id), inputs, kind.args)
+        self.runtime = runtime
+        self.kind = kind
+
+    async def judged(self, cand: Candidate, *, poll: float | None = None) -> Acceptance:
+        fut = self.runtime._verdict(self.worker.work_id, cand.digest)
+        self.runtime._wake(self.worker.work_id)
+        # The runtime answers at once; the ledger is read again only if no answer comes within
+        # a lease (another runtime judged, or this one is shutting down).
+        interval = poll if poll is not None else self.kind.lease.timeout / 1000
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), interval)
+            except TimeoutError:
+                pass
+            st = await self.worker.backend.load(self.worker.work_id)
+            assert st is not None
+            for acc in st.acceptances:
+                if acc.digest == cand.digest:
+                    return acc
+            me = st.attempt(self.attempt.number)
+            if st.epoch != self.attempt.token and st.policy.fencing:
+                raise StaleOwner(f"attempt #{self.attempt.number} was replaced while its "
+                                 "candidate waited", token=self.attempt.token, epoch=st.epoch,
+                                 attempt=self.attempt.number)
+            if me is not None and not L.is_live(me):
+                raise AttemptStopped(f"candidate {cand.digest[:8]} of attempt #{me.number} was "
+                                     f"not accepted; the attempt is {me.state.value}",
+                                     attempt=me.number, digest=cand.digest)
+
+
+def _definition(kind: Kind, work_id: str) -> Any:
+    """The one-work definition an :class:`AttemptContext` carries (``ctx.definition``)."""
+    from .supervisor import WorkDefinition
+    return WorkDefinition(work_id=work_id, attempt=kind.attempt, contract=kind.contract,
+                          assessor=kind.assessor, inputs=kind.inputs, policy=kind.policy,
+                          persist=kind.persist, lease=kind.lease,
+                          max_attempts=kind.retry.maximum_attempts or 1_000_000,
+                          args=kind.args, complete=kind.complete)
+
+
+@dataclass
+class _Work:
+    """What the runtime keeps of a work it supervises: only what events need; decisions come
+    from a fresh read of the ledger."""
+
+    work_id: str
+    kind: Kind
+    #: The attempt this runtime runs for the work, and its task.
+    task: asyncio.Task[None] | None = None
+    running: int | None = None
+    queued: bool = False
+    results: list[asyncio.Future[Completed]] = field(default_factory=list)
+    verdicts: dict[str, asyncio.Future[Acceptance]] = field(default_factory=dict)
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    order: int = 0
+    #: Its end was settled: supervision stops once no attempt of it runs here.
+    ended: bool = False
+
+
+class WorkHandle:
+    """One work, wherever it runs: await its result, publish a new version, ask what it holds."""
+
+    def __init__(self, runtime: Runtime, work_id: str) -> None:
+        self.runtime = runtime
+        self.work_id = work_id
+
+    def __repr__(self) -> str:
+        return f"WorkHandle({self.work_id!r})"
+
+    async def result(self, *, timeout: float | None = None) -> Completed:
+        """Wait until the work completes; raise :class:`~outlive.errors.WorkFailed` or
+        :class:`~outlive.errors.GaveUp` (naming the last error) if it ends otherwise."""
+        return await asyncio.wait_for(self.runtime._result(self.work_id), timeout)
+
+    async def publish(self, version: str, parts: Mapping[str, Any]) -> InputVersion:
+        """Publish a new input version: a live attempt's candidate for the old one is refused
+        at judgement, and the successor restores every step whose input key still matches."""
+        return await self.runtime._publish(self.work_id, version, parts)
+
+    async def dependable(self, rule: Rule) -> Dependable | None:
+        """May a consumer rely on this work's result now, under ``rule``?"""
+        return dependable(await self.runtime._load(self.work_id), rule)
+
+    async def state(self) -> WorkStatus:
+        st = await self.runtime._load(self.work_id)
+        kind = self.runtime.kinds.get(st.kind or "")
+        w = self.runtime._works.get(self.work_id)
+        status = status_of(st, kind)
+        if status == "open" and w is not None and w.queued:
+            status = "queued"
+        return WorkStatus(work_id=self.work_id, kind=st.kind, status=status, state=st,
+                          last_error=last_error(st))
+
+
+class Runtime:
+    """Hosts any number of kinds on one backend: ``async with Runtime(url, kinds=[...]) as rt``.
+
+    ``backend`` is a URL (opened and closed by the runtime) or a started :class:`Backend`.
+    ``discover`` is how often (seconds) the runtime looks for works started by other processes;
+    works started through this runtime are seen at once. ``report_errors`` prints each attempt
+    error to stderr when the application configured no logging, so a first run shows its mistake.
+    """
+
+    def __init__(self, backend: str | Backend, kinds: Iterable[Kind], *,
+                 clock: Callable[[], int] = wall_clock_ms, discover: float | None = 1.0,
+                 report_errors: bool = True, name: str | None = None) -> None:
+        if not isinstance(backend, (str, Backend)):
+            raise ConfigError(f"Runtime(backend=...) takes a URL or a Backend, got "
+                              f"{type(backend).__name__}", argument="backend")
+        self._url = backend if isinstance(backend, str) else None
+        self.backend: Backend | None = backend if isinstance(backend, Backend) else None
+        self.kinds: dict[str, Kind] = {}
+        for kind in kinds:
+            if not isinstance(kind, Kind):
+                raise ConfigError(f"Runtime(kinds=...) takes outlive.Kind values, got "
+                                  f"{type(kind).__name__}", argument="kinds")
+            if kind.name in self.kinds:
+                raise ConfigError(f"two kinds named {kind.name!r}", argument="kinds")
+            self.kinds[kind.name] = kind
+        self.clock = clock
+        self.discover = discover
+        self.name = name or f"runtime-{uuid.uuid4().hex[:8]}"
+        self._works: dict[str, _Work] = {}
+        self._dirty: set[str] = set()
+        self._deadlines: list[tuple[int, str]] = []
+        self._event = asyncio.Event()
+        self._running: dict[str, int] = {}
+        self._queues: dict[str, deque[str]] = {}
+        self._room = asyncio.Condition()
+        self._scheduler: asyncio.Task[None] | None = None
+        self._discoverer: asyncio.Task[None] | None = None
+        self._known: set[str] = set()
+        self._order = 0
+        self._closing = False
+        self._handler: logging.Handler | None = None
+        if report_errors:
+            self._report_to_stderr()
+        self.controllers: dict[str, Controller] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def __aenter__(self) -> Runtime:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect, recover the open works of this runtime's kinds, start supervising."""
+        if self.backend is None:
+            assert self._url is not None
+            self.backend = await open_backend(self._url)
+        elif not self.backend.started:
+            await self.backend.start()
+            self.backend.started = True
+        await self._recover()
+        self._scheduler = asyncio.create_task(self._schedule(), name=f"outlive:{self.name}")
+        if self.discover:
+            self._discoverer = asyncio.create_task(self._discover_loop(),
+                                                   name=f"outlive:{self.name}:discover")
+
+    async def close(self) -> None:
+        """Stop supervising; attempts still running are cancelled (the ledger keeps everything:
+        a runtime started again carries them on after their lease)."""
+        self._closing = True
+        for task in (self._scheduler, self._discoverer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        tasks = [w.task for w in self._works.values() if w.task is not None and not w.task.done()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        for w in self._works.values():
+            waiters: list[asyncio.Future[Any]] = [*w.results, *w.verdicts.values()]
+            for fut in waiters:
+                if not fut.done():
+                    fut.cancel()
+        if self._handler is not None:
+            logging.getLogger("outlive.runtime").removeHandler(self._handler)
+        if self._url is not None and self.backend is not None:
+            await self.backend.close()
+
+    async def drain(self) -> None:
+        """Admit nothing more and wait for the attempts running here to end."""
+        self._closing = True
+        tasks = [w.task for w in self._works.values() if w.task is not None and not w.task.done()]
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _report_to_stderr(self) -> None:
+        """Attempt errors reach stderr unless the application configured logging itself."""
+        logger = logging.getLogger("outlive.runtime")
+        configured = logging.getLogger().handlers or any(
+            not isinstance(h, logging.NullHandler) for h in logging.getLogger("outlive").handlers)
+        if configured or logger.handlers:
+            return
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("outlive: %(message)s"))
+        logger.addHandler(handler)
+        self._handler = handler
+
+    @property
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            raise ConfigError("the runtime is not open: use 'async with Runtime(...)'")
+        return self.backend
+
+    def _controller(self, kind: Kind | None) -> Controller:
+        key = kind.name if kind is not None else ""
+        ctl = self.controllers.get(key)
+        if ctl is None:
+            lease = kind.lease if kind is not None else Lease()
+            ctl = Controller(self._backend, clock=self.clock,
+                             heartbeat_interval=lease.heartbeat_interval,
+                             missed_beats=lease.missed_beats, start_grace=lease.start_grace)
+            self.controllers[key] = ctl
+        return ctl
+
+    # -- the public API ---------------------------------------------------------------------
+    async def start(self, kind: Kind | str, work_id: str, version: str,
+                    parts: Mapping[str, Any]) -> WorkHandle:
+        """Start a work of ``kind`` with its first input version; return its handle.
+
+        Idempotent: starting an id that exists returns the same work (the same version and
+        parts again is a no-op; other parts for that version are an
+        :class:`~outlive.errors.InputConflict`; a work of another kind is
+        :class:`~outlive.errors.WorkExists`). Waits while the kind's queue is full.
+        """
+        k = self._kind(kind)
+        L.check_work_id(work_id)
+        if not isinstance(version, str) or not version:
+            raise InvalidRecord("start(version=...) takes a non-empty version name",
+                                argument="version")
+        if not isinstance(parts, Mapping) or not parts:
+            raise InvalidRecord("start(parts=...) takes a non-empty mapping of part name -> "
+                                "content", argument="parts")
+        await self._backpressure(k)
+        ctl = self._controller(k)
+        await _observe.execute(self._backend, work_id, L.OpenWork(policy=k.policy, kind=k.name))
+        st = await self._backend.load(work_id)
+        assert st is not None
+        if st.kind not in (None, k.name):
+            raise ConfigError(f"{work_id} is a work of kind {st.kind!r}", work_id=work_id)
+        # A version already published: the same parts are a no-op, others an InputConflict.
+        await ctl.publish(work_id, version, parts)
+        w = self._watch(work_id, k)
+        w.inputs[version] = dict(parts)
+        self._wake(work_id)
+        return WorkHandle(self, work_id)
+
+    def handle(self, work_id: str) -> WorkHandle:
+        """The handle of a work started anywhere (by this runtime, another, or another process)."""
+        L.check_work_id(work_id)
+        return WorkHandle(self, work_id)
+
+    async def works(self, *, state: str | None = None, kind: str | None = None) -> list[WorkStatus]:
+        """Every work the backend holds (of any kind), with its status and last error."""
+        out = []
+        for wid in await self._backend.works():
+            st = await self._backend.load(wid)
+            if st is None or (kind is not None and st.kind != kind):
+                continue
+            k = self.kinds.get(st.kind or "")
+            status = status_of(st, k)
+            if state is not None and status != state:
+                continue
+            out.append(WorkStatus(work_id=wid, kind=st.kind, status=status, state=st,
+                                  last_error=last_error(st)))
+        return out
+
+    # -- internals used by handles ---------------------------------------------------------
+    def _kind(self, kind: Kind | str) -> Kind:
+        name = kind.name if isinstance(kind, Kind) else kind
+        if not isinstance(name, str) or name not in self.kinds:
+            raise ConfigError(f"this runtime hosts no kind {name!r}; it hosts "
+                              f"{sorted(self.kinds)}", argument="kind")
+        return self.kinds[name]
+
+    async def _load(self, work_id: str) -> WorkState:
+        st = await self._backend.load(work_id)
+        if st is None:
+            raise NotFound(f"work {work_id!r} was never started", work_id=work_id)
+        return st
+
+    async def _publish(self, work_id: str, version: str, parts: Mapping[str, Any]) -> InputVersion:
+        st = await self._load(work_id)
+        kind = self.kinds.get(st.kind or "")
+        rec = await self._controller(kind).publish(work_id, version, parts)
+        w = self._works.get(work_id)
+        if w is not None:
+            w.inputs[version] = dict(parts)
+        self._wake(work_id)
+        return rec
+
+    async def _result(self, work_id: str) -> Completed:
+        w = self._works.get(work_id)
+        if w is None:
+            st = await self._load(work_id)
+            kind = self.kinds.get(st.kind or "")
+            if kind is not None and not self._closing:
+                w = self._watch(work_id, kind)
+                self._wake(work_id)
+        if w is not None:
+            fut: asyncio.Future[Completed] = asyncio.get_running_loop().create_future()
+            w.results.append(fut)
+            self._wake(work_id)
+            return await fut
+        # A work of a kind this runtime does not host: follow the ledger.
+        while True:
+            st = await self._load(work_id)
+            done = self._ended(st, None)
+            if done is not None:
+                return done
+            await asyncio.sleep(0.05)
+
+    def _verdict(self, work_id: str, digest: str) -> asyncio.Future[Acceptance]:
+        w = self._works[work_id]
+        fut = w.verdicts.get(digest)
+        if fut is None or (fut.done() and fut.cancelled()):
+            fut = asyncio.get_running_loop().create_future()
+            w.verdicts[digest] = fut
+        return fut
+
+    # -- supervision ------------------------------------------------------------------------
+    def _watch(self, work_id: str, kind: Kind) -> _Work:
+        w = self._works.get(work_id)
+        if w is None:
+            self._order += 1
+            w = _Work(work_id=work_id, kind=kind, order=self._order)
+            self._works[work_id] = w
+            self._known.add(work_id)
+        return w
+
+    def _wake(self, work_id: str) -> None:
+        self._dirty.add(work_id)
+        self._event.set()
+
+    def _at(self, when: int, work_id: str) -> None:
+        heapq.heappush(self._deadlines, (when, work_id))
+        self._event.set()
+
+    async def _recover(self) -> None:
+        """Find the works of this runtime's kinds left open and carry them on."""
+        for wid in await self._backend.works():
+            self._known.add(wid)
+            st = await self._backend.load(wid)
+            if st is None or st.kind not in self.kinds:
+                continue
+            kind = self.kinds[st.kind]
+            if status_of(st, kind) in ("completed", "failed"):
+                continue
+            self._watch(wid, kind)
+            self._dirty.add(wid)
+
+    async def _discover_loop(self) -> None:
+        assert self.discover
+        while True:
+            await asyncio.sleep(self.discover)
+            try:
+                ids = await self._backend.works()
+            except OutliveError as exc:
+                log.warning("could not list works (%s); retrying", exc)
+                continue
+            for wid in ids:
+                if wid in self._known:
+                    continue
+                self._known.add(wid)
+                st = await self._backend.load(wid)
+                if st is not None and st.kind in self.kinds \
+                        and status_of(st, self.kinds[st.kind]) not in ("completed", "failed"):
+                    self._watch(wid, self.kinds[st.kind])
+                    self._wake(wid)
+
+    async def _schedule(self) -> None:
+        while True:
+            now = self.clock()
+            due: set[str] = set()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                due.add(heapq.heappop(self._deadlines)[1])
+            todo = self._dirty | due
+            self._dirty = set()
+            if not todo:
+                self._event.clear()
+                timeout = None
+                if self._deadlines:
+                    timeout = max(0.0, (self._deadlines[0][0] - now) / 1000)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._event.wait(), timeout)
+                continue
+            for wid in sorted(todo, key=lambda i: self._works[i].order if i in self._works else 0):
+                w = self._works.get(wid)
+                if w is None:
+                    continue
+                try:
+                    await self._pass(w)
+                except asyncio.CancelledError:
+                    raise
+                except OutliveError as exc:
+                    log.warning("supervising %s: %s: %s; trying again", wid,
+                                type(exc).__name__, exc)
+                    self._at(self.clock() + 200, wid)
+                except Exception:
+                    log.exception("supervising %s failed; trying again", wid)
+                    self._at(self.clock() + 1_000, wid)
+
+    def _ended(self, st: WorkState, kind: Kind | None) -> Completed | None:
+        """The typed end of a work, if it has one: Completed, or raises WorkFailed / GaveUp."""
+        if st.failure is not None:
+            f = st.failure
+            details = {"work_id": st.work_id, "type": f.type, "error": f.message,
+                       "traceback": f.traceback}
+            if f.type == "GaveUp" or f.retryable:
+                raise GaveUp(f"gave up on {st.work_id} after {len(st.attempts)} attempts; the "
+                             f"last error: {f.message}", **details)
+            raise WorkFailed(f"{st.work_id} failed: {f.type}: {f.message}", **details)
+        complete = kind.is_complete(st) if kind is not None else work_complete(st)
+        cur = st.current_attempt
+        if complete and (cur is None or not L.is_live(cur)):
+            acc = st.latest_acceptance
+            assert acc is not None
+            return Completed(work_id=st.work_id, acceptance=acc, attempts=st.attempts)
+        return None
+
+    def _settle(self, w: _Work, st: WorkState) -> bool:
+        """Resolve the work's waiters if it ended; True when it did (supervision stops)."""
+        try:
+            done = self._ended(st, w.kind)
+        except OutliveError as exc:
+            for fut in w.results:
+                if not fut.done():
+                    fut.set_exception(exc)
+            self._drop(w)
+            return True
+        if done is None:
+            return False
+        for fut in w.results:
+            if not fut.done():
+                fut.set_result(done)
+        self._drop(w)
+        return True
+
+    def _drop(self, w: _Work) -> None:
+        w.ended = True
+        for fut in w.verdicts.values():
+            if not fut.done():
+                fut.cancel()
+        if w.task is None or w.task.done():
+            self._works.pop(w.work_id, None)
+        else:   # an attempt still running here reports its end first
+            w.results = []
+        if w.queued:
+            queue = self._queues.get(w.kind.name)
+            if queue is not None and w.work_id in queue:
+                queue.remove(w.work_id)
+            w.queued = False
+
+    async def _pass(self, w: _Work) -> None:
+        """One decision for one work, from one read of its ledger (and one after each write)."""
+        st = await self._load(w.work_id)
+        kind = w.kind
+        if self._settle(w, st):
+            return
+        ctl = self._controller(kind)
+        # 1. Judge the candidates of the attempt this runtime runs.
+        if w.verdicts and st.candidates:
+            if await self._judge(w, st, ctl):
+                st = await self._load(w.work_id)
+                if self._settle(w, st):
+                    return
+        cur = st.current_attempt
+        # 2. An attempt that failed: the retry policy decides.
+        if cur is not None and cur.state is AttemptState.FAILED and cur.error is not None \
+                and not cur.error.retryable:
+            await _observe.execute(self._backend, w.work_id,
+                                   L.FailWork(error=cur.error, at=self.clock()))
+            self._settle(w, await self._load(w.work_id))
+            return
+        # 3. Silence: a leased attempt whose runner is not here and whose lease ran out, or a
+        #    runner here that ended without a word.
+        if cur is not None and L.is_live(cur):
+            if w.running == cur.number and w.task is not None and not w.task.done():
+                return   # running here: its end is an event, its lease needs no timer
+            if w.running == cur.number and cur.state is not AttemptState.WAITING:
+                await self._mark_unknown(w, cur)   # its task ended and it never finished
+                st = await self._load(w.work_id)
+                cur = st.current_attempt
+            elif L.is_leased(cur):
+                lease = kind.lease
+                limit = (max(lease.timeout, lease.start_grace)
+                         if cur.state is AttemptState.ADMITTED else lease.timeout)
+                left = cur.last_heartbeat + limit - self.clock()
+                if left >= 0:
+                    self._at(cur.last_heartbeat + limit + 1, w.work_id)
+                    return
+                await self._mark_unknown(w, cur)
+                st = await self._load(w.work_id)
+                cur = st.current_attempt
+            else:
+                return   # waiting on a person: not silence
+        if cur is not None and L.is_live(cur):
+            return
+        if self._settle(w, st) or self._closing or st.current_version is None:
+            return
+        # 4. A successor is due: the retry policy's cap and backoff, then the kind's queue.
+        tried = [a for a in st.attempts if a.pinned_version == st.current_version]
+        cap = kind.retry.maximum_attempts
+        if cap and len(tried) >= cap:
+            last = last_error(st)
+            error = AttemptError(
+                type="GaveUp", retryable=True, at=self.clock(),
+                message=(f"{len(tried)} attempts for version {st.current_version}: "
+                         + _why_open(st) + (f"; the last error: {last.type}: {last.message}"
+                                            if last is not None else "")),
+                traceback=last.traceback if last is not None else "")
+            await _observe.execute(self._backend, w.work_id, L.FailWork(error=error,
+                                                                        at=self.clock()))
+            self._settle(w, await self._load(w.work_id))
+            return
+        failures = 0
+        for a in reversed(tried):
+            if a.state is not AttemptState.FAILED:
+                break
+            failures += 1
+        if failures:
+            due = tried[-1].last_heartbeat + kind.retry.delay_ms(failures)
+            if due > self.clock():
+                self._at(due, w.work_id)
+                return
+        if not self._take_slot(w):
+            return
+        try:
+            att = await ctl.admit(w.work_id, request_id=uuid.uuid4().hex)
+        except AttemptActive:
+            self._free_slot(w)
+            st = await self._load(w.work_id)
+            cur = st.current_attempt
+            if cur is not None and L.is_leased(cur):
+                self._at(cur.last_heartbeat + kind.lease.timeout + 1, w.work_id)
+            return
+        except BaseException:
+            self._free_slot(w)
+            raise
+        w.running = att.number
+        w.task = asyncio.create_task(self._run(w, att),
+                                     name=f"outlive:{w.work_id}#{att.number}")
+
+    async def _mark_unknown(self, w: _Work, att: Attempt) -> None:
+        await _observe.execute(self._backend, w.work_id,
+                               L.MarkUnknown(attempt=att.number, at=self.clock(), signs=att.signs))
+
+    async def _judge(self, w: _Work, st: WorkState, ctl: Controller) -> bool:
+        """Judge the candidates this runtime's attempt waits on; True if anything was written."""
+        wrote = False
+        assessor: Assessor = (resolve(w.kind.assessor) if w.kind.assessor is not None
+                              else _accept_all)
+        for digest, fut in list(w.verdicts.items()):
+            if fut.done():
+                w.verdicts.pop(digest, None)
+                continue
+            cand = st.candidate(digest)
+            if cand is None:
+                continue
+            try:
+                acc = await ctl.assess(w.work_id, digest, w.kind.contract, assessor, state=st)
+            except Rejected as exc:
+                att = st.attempt(cand.attempt)
+                if att is not None and L.is_live(att):
+                    await ctl.stop(w.work_id, att.number)
+                fut.set_exception(AttemptStopped(
+                    f"candidate {digest[:8]} of attempt #{cand.attempt} was refused: "
+                    f"{type(exc).__name__}: {exc}", attempt=cand.attempt, digest=digest,
+                    reason=type(exc).__name__))
+                w.verdicts.pop(digest, None)
+                wrote = True
+                continue
+            fut.set_result(acc)
+            w.verdicts.pop(digest, None)
+            wrote = True
+        return wrote
+
+    # -- the kind's queue -------------------------------------------------------------------
+    def _take_slot(self, w: _Work) -> bool:
+        limit = w.kind.concurrency
+        name = w.kind.name
+        if limit is None:
+            return True
+        queue = self._queues.setdefault(name, deque())
+        if self._running.get(name, 0) >= limit or (queue and queue[0] != w.work_id):
+            if not w.queued:
+                w.queued = True
+                queue.append(w.work_id)
+            return False
+        if queue and queue[0] == w.work_id:
+            queue.popleft()
+            w.queued = False
+            self._notify_room()
+        self._running[name] = self._running.get(name, 0) + 1
+        return True
+
+    def _free_slot(self, w: _Work) -> None:
+        name = w.kind.name
+        if w.kind.concurrency is None:
+            return
+        self._running[name] = max(0, self._running.get(name, 0) - 1)
+        queue = self._queues.get(name)
+        if queue:
+            self._wake(queue[0])
+
+    def _notify_room(self) -> None:
+        async def notify() -> None:
+            async with self._room:
+                self._room.notify_all()
+        asyncio.get_running_loop().create_task(notify())
+
+    async def _backpressure(self, kind: Kind) -> None:
+        if kind.concurrency is None:
+            return
+        queue = self._queues.setdefault(kind.name, deque())
+        if len(queue) < kind.max_queued:
+            return
+        async with self._room:
+            await self._room.wait_for(lambda: len(queue) < kind.max_queued)
+
+    # -- running an attempt here ------------------------------------------------------------
+    async def _inputs(self, w: _Work, version: str | None) -> Mapping[str, Any] | None:
+        if version is None:
+            return None
+        if version in w.inputs:
+            return w.inputs[version]
+        if w.kind.inputs is None:
+            raise ConfigError(f"the runtime running {w.work_id} did not publish version "
+                              f"{version!r} and kind {w.kind.name!r} has no inputs loader",
+                              work_id=w.work_id, kind=w.kind.name)
+        loaded = await _maybe(resolve(w.kind.inputs)(version))
+        return dict(loaded)
+
+    async def _run(self, w: _Work, att: Attempt) -> None:
+        """Run one admitted attempt in this process; its end is an event for the scheduler."""
+        worker: Worker | None = None
+        try:
+            inputs = await self._inputs(w, att.pinned_version)
+            fn = resolve(w.kind.attempt)
+            worker = Worker(self._backend, att, inputs, persist=w.kind.persist, clock=self.clock)
+            await worker.start()
+            ctx = _Context(self, worker, w.kind, inputs)
+            async with worker.renewing(w.kind.lease.heartbeat_interval):
+                await _maybe(fn(ctx))
+                await worker.finish()
+        except asyncio.CancelledError:
+            raise
+        except (StaleOwner, AttemptStopped, AttemptEnded, AttemptSilent) as exc:
+            log.info("attempt #%s of %s stops: %s", att.number, w.work_id, exc)
+        except Exception as exc:
+            await self._failed(w, att, worker, exc)
+        finally:
+            if w.running == att.number:
+                w.task = None
+            self._free_slot(w)
+            if not self._closing:
+                self._wake(w.work_id)
+            if w.ended:
+                self._works.pop(w.work_id, None)
+
+    async def _failed(self, w: _Work, att: Attempt, worker: Worker | None,
+                      exc: BaseException) -> None:
+        retryable = w.kind.retry.retryable(exc)
+        error = _error_of(exc, self.clock(), retryable)
+        log.warning("attempt #%s of %s (kind %s) raised %s: %s%s\n%s", att.number, w.work_id,
+                    w.kind.name, error.type, error.message,
+                    "" if retryable else " (not retryable: the work fails)", error.traceback)
+        try:
+            await _observe.execute(self._backend, w.work_id, L.Fail(
+                attempt=att.number, token=att.token, at=self.clock(), error=error,
+                secret=att.secret))
+        except OutliveError as rec_exc:   # replaced meanwhile: its successor carries on
+            log.info("attempt #%s of %s: its error was not recorded (%s)", att.number,
+                     w.work_id, rec_exc)
+
+
+def _why_open(state: WorkState) -> str:
+    """Why a work is not complete, in one phrase, for the final error."""
+    acc = state.latest_acceptance
+    if acc is None or (state.policy.pins and acc.version != state.current_version):
+        return "no result accepted for it"
+    open_effects = [e.op_key for e in state.effects if not L.is_settled(e)]
+    if open_effects:
+        return (f"a result was accepted ({acc.digest[:8]}), but effect {open_effects[0]!r} was "
+                "never confirmed")
+    return f"a result was accepted ({acc.digest[:8]}), but the kind's completion rule is not met"
+
+
+def _accept_all(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
+    return True, "passed the mechanical checks (no assessor)"

@@ -1,0 +1,136 @@
+"""Kinds the runtime tests run, importable by name (a runtime in another process imports them).
+
+The small work of the benchmarks: four steps, a candidate, its acceptance and one effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import outlive
+from outlive import Contract, Kind, Lease, RetryPolicy
+
+CONTRACT = Contract(name="digest-form", version="1", assessor="reviewer")
+SECTIONS = ("revenue", "costs", "outlook", "risks")
+PARTS = {name: f"{name} text" for name in SECTIONS}
+
+#: Counters the tests read (per process).
+CALLS: dict[str, int] = {}
+RECEIVER_PATH = os.environ.get("OUTLIVE_TEST_RECEIVER", "")
+
+
+def summarise(**inputs: Any) -> str:
+    (name, text), = inputs.items()
+    CALLS["summarise"] = CALLS.get("summarise", 0) + 1
+    return f"summary of {text}"
+
+
+def receiver() -> outlive.SqliteReceiver | outlive.MemoryReceiver:
+    global _RECEIVER
+    if _RECEIVER is None:
+        _RECEIVER = (outlive.SqliteReceiver(RECEIVER_PATH) if RECEIVER_PATH
+                     else outlive.MemoryReceiver())
+    return _RECEIVER
+
+
+_RECEIVER: Any = None
+
+
+def post(key: str | None, payload: Any) -> outlive.Receipt:
+    """The feed's sender: the receiver applies each operation key once."""
+    return receiver().receive(key, payload, lambda p: f"post-{len(receiver().applied) + 1}")
+
+
+def parts_for(version: str) -> dict[str, str]:
+    return {name: f"{name} text {version}" for name in SECTIONS}
+
+
+async def small(ctx: outlive.AttemptContext) -> None:
+    """Four steps, a candidate judged by the runtime, one announcement keyed by operation."""
+    w = ctx.worker
+    for part in SECTIONS:
+        await w.step(part, summarise, **{part: ctx.inputs[part]})
+    acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+    await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
+                   send=post)
+
+
+SMALL = Kind(name="small", attempt=small, contract=CONTRACT, inputs=parts_for,
+             lease=Lease(heartbeat_interval=200, missed_beats=2, start_grace=400),
+             retry=RetryPolicy(maximum_attempts=3, initial_interval=0.01))
+
+#: How many times each failing kind's attempt ran (per process).
+RUNS: dict[str, int] = {}
+
+
+class Flaky(Exception):
+    """A transient error (a 503 from a model API, say)."""
+
+
+async def flaky_then_ok(ctx: outlive.AttemptContext) -> None:
+    RUNS["flaky"] = RUNS.get("flaky", 0) + 1
+    if ctx.attempt.number < 3:
+        raise Flaky(f"503 on attempt {ctx.attempt.number}")
+    await small(ctx)
+
+
+async def always_flaky(ctx: outlive.AttemptContext) -> None:
+    RUNS["always"] = RUNS.get("always", 0) + 1
+    raise Flaky("503 again")
+
+
+async def wrong_signature(ctx: outlive.AttemptContext) -> None:
+    RUNS["typo"] = RUNS.get("typo", 0) + 1
+
+    def takes_nothing() -> str:
+        return "x"
+    await ctx.worker.step("revenue", takes_nothing, revenue=ctx.inputs["revenue"])
+
+
+async def user_gives_up(ctx: outlive.AttemptContext) -> None:
+    RUNS["nonretryable"] = RUNS.get("nonretryable", 0) + 1
+    raise outlive.NonRetryable("the ticket was deleted")
+
+
+async def declared_fatal(ctx: outlive.AttemptContext) -> None:
+    RUNS["declared"] = RUNS.get("declared", 0) + 1
+    raise KeyError("no such customer")
+
+
+async def no_receipt(ctx: outlive.AttemptContext) -> None:
+    RUNS["no_receipt"] = RUNS.get("no_receipt", 0) + 1
+    w = ctx.worker
+    for part in SECTIONS:
+        await w.step(part, summarise, **{part: ctx.inputs[part]})
+    acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+    await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
+                   send=lambda key, payload: {"ok": True})
+
+
+async def slow(ctx: outlive.AttemptContext) -> None:
+    """Longer than its lease: the renewal keeps it alive."""
+    await asyncio.sleep(float(ctx.args[0]) if ctx.args else 0.6)
+    await small(ctx)
+
+
+def _kind(name: str, attempt: Any, **kw: Any) -> Kind:
+    base: dict[str, Any] = dict(contract=CONTRACT, inputs=parts_for,
+                                lease=Lease(heartbeat_interval=200, missed_beats=2,
+                                            start_grace=400),
+                                retry=RetryPolicy(maximum_attempts=4, initial_interval=0.01))
+    base.update(kw)
+    return Kind(name=name, attempt=attempt, **base)
+
+
+FLAKY = _kind("flaky", flaky_then_ok)
+ALWAYS = _kind("always", always_flaky)
+TYPO = _kind("typo", wrong_signature)
+NONRETRYABLE = _kind("nonretryable", user_gives_up)
+DECLARED = _kind("declared", declared_fatal,
+                 retry=RetryPolicy(maximum_attempts=4, initial_interval=0.01,
+                                   non_retryable=(KeyError,)))
+NO_RECEIPT = _kind("no_receipt", no_receipt)
+SLOW = _kind("slow", slow)
+QUEUED = _kind("queued", slow, concurrency=2)

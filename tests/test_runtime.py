@@ -1,0 +1,159 @@
+"""The runtime for many works: kinds, idempotent starts, events instead of polls, errors as
+answers, queues, and recovery after a restart (issue: serve many works)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import outlive
+from outlive import AttemptState, Runtime
+
+import runtime_kinds as K
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'o.db'}"
+
+
+async def test_many_works_of_one_kind_complete_each_announced_once(url: str) -> None:
+    K._RECEIVER = None
+    async with Runtime(url, kinds=[K.SMALL], discover=None) as rt:
+        handles = [await rt.start(K.SMALL, f"digest/{i}", "v1", K.parts_for("v1"))
+                   for i in range(20)]
+        done = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 30)
+    assert {d.work_id for d in done} == {f"digest/{i}" for i in range(20)}
+    assert all(d.acceptance.version == "v1" for d in done)
+    assert len(K.receiver().applied) == 20   # one announcement per work
+
+
+async def test_starting_the_same_work_twice_returns_the_same_work(url: str) -> None:
+    async with Runtime(url, kinds=[K.SMALL], discover=None) as rt:
+        a = await rt.start(K.SMALL, "digest/same", "v1", K.parts_for("v1"))
+        b = await rt.start(K.SMALL, "digest/same", "v1", K.parts_for("v1"))
+        assert a.work_id == b.work_id
+        first = await a.result()
+        again = await b.result()
+        assert first.acceptance.digest == again.acceptance.digest
+        st = (await a.state()).state
+        assert len(st.inputs) == 1 and len(st.attempts) == 1
+        with pytest.raises(outlive.InputConflict):
+            await rt.start(K.SMALL, "digest/same", "v1", {"revenue": "other"})
+
+
+async def test_a_new_version_mid_run_is_carried_to_acceptance(url: str) -> None:
+    async with Runtime(url, kinds=[K.SLOW], discover=None) as rt:
+        h = await rt.start(K.SLOW, "digest/moving", "v1", K.parts_for("v1"))
+        await asyncio.sleep(0.1)
+        await h.publish("v2", K.parts_for("v2"))
+        done = await asyncio.wait_for(h.result(), 20)
+        assert done.acceptance.version == "v2"
+        assert await h.dependable(outlive.StrictCurrent()) is not None
+
+
+async def test_transient_errors_are_retried_and_recorded(url: str) -> None:
+    K.RUNS.clear()
+    async with Runtime(url, kinds=[K.FLAKY], discover=None) as rt:
+        h = await rt.start(K.FLAKY, "digest/flaky", "v1", K.parts_for("v1"))
+        done = await asyncio.wait_for(h.result(), 20)
+        st = (await h.state()).state
+    assert K.RUNS["flaky"] == 3
+    assert [a.state for a in done.attempts] == [AttemptState.FAILED, AttemptState.FAILED,
+                                                AttemptState.FINISHED]
+    err = done.attempts[0].error
+    assert err is not None and err.type == "Flaky" and "503 on attempt 1" in err.message
+    assert "Traceback" in err.traceback and err.retryable
+    assert st.failure is None
+
+
+async def test_retries_spent_give_up_naming_the_last_error(url: str) -> None:
+    K.RUNS.clear()
+    async with Runtime(url, kinds=[K.ALWAYS], discover=None) as rt:
+        h = await rt.start(K.ALWAYS, "digest/always", "v1", K.parts_for("v1"))
+        with pytest.raises(outlive.GaveUp) as info:
+            await asyncio.wait_for(h.result(), 20)
+        status = await h.state()
+    assert K.RUNS["always"] == 4
+    assert "Flaky: 503 again" in str(info.value)
+    assert "Traceback" in info.value.details["traceback"]
+    assert status.status == "failed" and status.last_error is not None
+
+
+@pytest.mark.parametrize("kind, runs_key, error_type", [
+    (K.TYPO, "typo", "TypeError"),
+    (K.NONRETRYABLE, "nonretryable", "NonRetryable"),
+    (K.DECLARED, "declared", "KeyError"),
+])
+async def test_a_non_retryable_error_fails_the_work_at_once(
+        url: str, kind: outlive.Kind, runs_key: str, error_type: str) -> None:
+    K.RUNS.clear()
+    async with Runtime(url, kinds=[kind], discover=None) as rt:
+        h = await rt.start(kind, f"digest/{runs_key}", "v1", K.parts_for("v1"))
+        with pytest.raises(outlive.WorkFailed) as info:
+            await asyncio.wait_for(h.result(), 20)
+    assert K.RUNS[runs_key] == 1     # never paid for twice
+    assert info.value.details["type"] == error_type
+    assert "Traceback" in info.value.details["traceback"]
+
+
+async def test_a_sender_without_receipt_fails_the_work_naming_it(url: str) -> None:
+    K.RUNS.clear()
+    async with Runtime(url, kinds=[K.NO_RECEIPT], discover=None) as rt:
+        h = await rt.start(K.NO_RECEIPT, "digest/noreceipt", "v1", K.parts_for("v1"))
+        with pytest.raises(outlive.WorkFailed) as info:
+            await asyncio.wait_for(h.result(), 20)
+    assert K.RUNS["no_receipt"] == 1
+    assert "Receipt" in str(info.value)
+
+
+async def test_attempt_errors_reach_stderr_without_logging_configured(
+        url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    import logging
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers.clear()     # as in a script that never called logging.basicConfig()
+    try:
+        async with Runtime(url, kinds=[K.NONRETRYABLE], discover=None) as rt:
+            h = await rt.start(K.NONRETRYABLE, "digest/stderr", "v1", K.parts_for("v1"))
+            with pytest.raises(outlive.WorkFailed):
+                await asyncio.wait_for(h.result(), 20)
+    finally:
+        root.handlers[:] = saved
+    err = capfd.readouterr().err
+    assert "NonRetryable: the ticket was deleted" in err
+
+
+async def test_a_live_attempt_longer_than_its_lease_is_not_taken_over(url: str) -> None:
+    async with Runtime(url, kinds=[K.SLOW], discover=None) as rt:
+        h = await rt.start(K.SLOW, "digest/slow", "v1", K.parts_for("v1"))
+        done = await asyncio.wait_for(h.result(), 20)
+    assert len(done.attempts) == 1
+
+
+async def test_the_queue_caps_attempts_and_keeps_start_order(url: str) -> None:
+    async with Runtime(url, kinds=[K.QUEUED], discover=None) as rt:
+        handles = [await rt.start(K.QUEUED, f"q/{i}", "v1", K.parts_for("v1")) for i in range(6)]
+        await asyncio.sleep(0.2)
+        states = [(await h.state()).status for h in handles]
+        assert states.count("running") == 2
+        assert states[:2] == ["running", "running"] and set(states[2:]) == {"queued"}
+        done = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 30)
+    admitted = sorted(done, key=lambda d: d.attempts[0].admitted_at)
+    assert [d.work_id for d in admitted][:2] == ["q/0", "q/1"]
+    assert all(len(d.attempts) == 1 for d in done)
+
+
+async def test_a_handle_from_anywhere_and_the_works_listing(url: str) -> None:
+    async with Runtime(url, kinds=[K.SMALL, K.NONRETRYABLE], discover=None) as rt:
+        await (await rt.start(K.SMALL, "w/ok", "v1", K.parts_for("v1"))).result()
+        with pytest.raises(outlive.WorkFailed):
+            await (await rt.start(K.NONRETRYABLE, "w/bad", "v1", K.parts_for("v1"))).result()
+        done = await rt.handle("w/ok").result()
+        assert done.work_id == "w/ok"
+        failed = await rt.works(state="failed")
+        assert [w.work_id for w in failed] == ["w/bad"]
+        assert failed[0].last_error is not None and failed[0].last_error.type == "NonRetryable"
+        assert [w.work_id for w in await rt.works(kind="small")] == ["w/ok"]
