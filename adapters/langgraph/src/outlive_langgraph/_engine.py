@@ -143,6 +143,21 @@ def _inputs(sig: inspect.Signature, name: str, args: tuple[Any, ...],
     return dict(bound.arguments)
 
 
+def off_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as called on the event loop: a coroutine function as it is, a plain function in a
+    worker thread (the context copied, as LangGraph runs a plain node), so a long synchronous
+    body never blocks the loop that renews the attempt's lease."""
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    @functools.wraps(fn)
+    async def in_thread(*args: Any, **kwargs: Any) -> Any:
+        out = await asyncio.to_thread(fn, *args, **kwargs)
+        return await out if inspect.isawaitable(out) else out
+
+    return in_thread
+
+
 def _envelope(call: StepCall, result: Any) -> dict[str, Any]:
     """What an ``outlive_task``'s LangGraph task returns: the step, its input key, its result."""
     return {_ENVELOPE: call.step, "key": call.input_key, "attempt": call.attempt, "result": result}
@@ -189,6 +204,8 @@ class OutliveTask(Generic[P, T]):
                  step: str | Callable[..., str] | None = None,
                  external: Iterable[str] = ()) -> None:
         self.fn = fn
+        #: What runs the step: a plain function in a thread (never on the lease's loop).
+        self._run = off_loop(fn)
         self.name: str = name or str(getattr(fn, "__name__", "step"))
         self.step = step
         #: Arguments that are not parts of the input version (a label, a setting): declared, so
@@ -197,6 +214,7 @@ class OutliveTask(Generic[P, T]):
         self._sig = inspect.signature(fn)
         self._names = _plain_names(self._sig)
         wrap = self._declared
+        run_fn = self._run
 
         async def body(step: str, inputs: dict[str, Any]) -> dict[str, Any]:
             worker = current_worker()
@@ -208,7 +226,7 @@ class OutliveTask(Generic[P, T]):
             returned = _RETURNED.get()
             if returned is not None and pending.slot is not None \
                     and getattr(worker.backend, "returns_when_sent", False):
-                got, running = await _when_sent(worker, step, fn, wrap(inputs), pending)
+                got, running = await _when_sent(worker, step, run_fn, wrap(inputs), pending)
                 if running is not None:
                     returned.extend((got, running))
                     return cast(dict[str, Any], got)
@@ -216,7 +234,7 @@ class OutliveTask(Generic[P, T]):
             else:
                 token = PENDING_TASK_WRITE.set(pending)
                 try:
-                    result = await _inline(worker, step, fn, wrap(inputs))
+                    result = await _inline(worker, step, run_fn, wrap(inputs))
                 finally:
                     PENDING_TASK_WRITE.reset(token)
             envelope: dict[str, Any]
@@ -283,7 +301,7 @@ class OutliveTask(Generic[P, T]):
                 result = worker.result(step)   # the body ran (or restored) just now
                 return result
             if worker.can_restore(step, **inputs):
-                result = await _inline(worker, step, self.fn, self._declared(inputs))
+                result = await _inline(worker, step, self._run, self._declared(inputs))
                 return result
             if envelope.get("attempt") == worker.attempt.number:
                 # This attempt's own result, saved by LangGraph before an interrupt or a failure
@@ -293,7 +311,7 @@ class OutliveTask(Generic[P, T]):
                 return result
         # LangGraph handed this position another step's result, or one from an attempt the
         # journal never saw: run the step here, outside the task whose position is taken.
-        result = await _inline(worker, step, self.fn, self._declared(inputs))
+        result = await _inline(worker, step, self._run, self._declared(inputs))
         return result
 
 
@@ -360,6 +378,7 @@ def outlive_node(fn: Any = None, /, *, name: str | None = None,
         return lambda f: outlive_node(f, name=name, inputs=inputs, external=external)
     wants_config = "config" in inspect.signature(fn).parameters
     outside = frozenset(external)
+    call = off_loop(fn)   # a plain node runs in a thread, as LangGraph runs one
 
     async def node(state: Any, config: RunnableConfig) -> Any:
         worker = current_worker()
@@ -376,9 +395,7 @@ def outlive_node(fn: Any = None, /, *, name: str | None = None,
 
         def step_run(finished: Callable[[Any], None] | None) -> Coroutine[Any, Any, Any]:
             async def body(**_: Any) -> Any:
-                out = fn(state, config) if wants_config else fn(state)
-                if inspect.isawaitable(out):
-                    out = await out
+                out = await (call(state, config) if wants_config else call(state))
                 if finished is not None:
                     finished(out)
                 return out
