@@ -6,6 +6,7 @@ The small work of the benchmarks: four steps, a candidate, its acceptance and on
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any
 
@@ -22,7 +23,7 @@ RECEIVER_PATH = os.environ.get("OUTLIVE_TEST_RECEIVER", "")
 
 
 def summarise(**inputs: Any) -> str:
-    (name, text), = inputs.items()
+    (_name, text), = inputs.items()
     CALLS["summarise"] = CALLS.get("summarise", 0) + 1
     return f"summary of {text}"
 
@@ -39,8 +40,18 @@ _RECEIVER: Any = None
 
 
 def post(key: str | None, payload: Any) -> outlive.Receipt:
-    """The feed's sender: the receiver applies each operation key once."""
-    return receiver().receive(key, payload, lambda p: f"post-{len(receiver().applied) + 1}")
+    """The feed's sender: the receiver applies each operation key once (in a file shared by
+    every process when ``OUTLIVE_TEST_RECEIVER`` names one)."""
+    r = receiver()
+    if isinstance(r, outlive.SqliteReceiver):
+        def apply(conn: Any, body: Any) -> str:
+            conn.execute("CREATE TABLE IF NOT EXISTS posts (id INTEGER PRIMARY KEY "
+                         "AUTOINCREMENT, op_key TEXT, body TEXT)")
+            cur = conn.execute("INSERT INTO posts (op_key, body) VALUES (?, ?)",
+                               (key, json.dumps(body)))
+            return f"post-{cur.lastrowid}"
+        return r.receive(key, payload, apply)
+    return r.receive(key, payload, lambda p: f"post-{len(r.applied) + 1}")
 
 
 def parts_for(version: str) -> dict[str, str]:
@@ -134,3 +145,20 @@ DECLARED = _kind("declared", declared_fatal,
 NO_RECEIPT = _kind("no_receipt", no_receipt)
 SLOW = _kind("slow", slow)
 QUEUED = _kind("queued", slow, concurrency=2)
+
+
+async def paced(ctx: outlive.AttemptContext) -> None:
+    """The small work with a few milliseconds per step, so a kill finds works in flight."""
+    w = ctx.worker
+
+    async def summarise_slowly(**inputs: Any) -> str:
+        await asyncio.sleep(0.005)
+        return summarise(**inputs)
+    for part in SECTIONS:
+        await w.step(part, summarise_slowly, **{part: ctx.inputs[part]})
+    acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+    await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest}, send=post)
+
+
+RECOVER = _kind("recover", paced, concurrency=50,
+                lease=Lease(heartbeat_interval=300, missed_beats=2, start_grace=1_000))

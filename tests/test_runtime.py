@@ -7,11 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import runtime_kinds as K
 
 import outlive
 from outlive import AttemptState, Runtime
-
-import runtime_kinds as K
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -409,6 +409,11 @@ cli.add_command(_argparse_command(
 
 
 # -- entry point ----------------------------------------------------------------------------------
+from ._cli_runtime import register as _register_runtime  # noqa: E402  (serve, start, works)
+
+_register_runtime(cli)
+
+
 def _quiet_stdout() -> None:
     """After a broken pipe: point stdout at /dev/null so the interpreter's final flush is silent."""
     with contextlib.suppress(OSError, ValueError):

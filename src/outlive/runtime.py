@@ -341,6 +341,9 @@ class Runtime:
     """Hosts any number of kinds on one backend: ``async with Runtime(url, kinds=[...]) as rt``.
 
     ``backend`` is a URL (opened and closed by the runtime) or a started :class:`Backend`.
+    ``supervise=False`` makes a client (as Temporal's client is to its worker): it starts works,
+    publishes versions and follows results, and leaves running them to the runtimes that serve
+    the kinds (``outlive serve``); it may then name a kind by its name alone.
     ``discover`` is how often (seconds) the runtime looks for works started by other processes;
     works started through this runtime are seen at once. ``report_errors`` prints each attempt
     error to stderr when the application configured no logging, so a first run shows its mistake.
@@ -348,7 +351,8 @@ class Runtime:
 
     def __init__(self, backend: str | Backend, kinds: Iterable[Kind], *,
                  clock: Callable[[], int] = wall_clock_ms, discover: float | None = 1.0,
-                 report_errors: bool = True, name: str | None = None) -> None:
+                 report_errors: bool = True, name: str | None = None,
+                 supervise: bool = True) -> None:
         if not isinstance(backend, (str, Backend)):
             raise ConfigError(f"Runtime(backend=...) takes a URL or a Backend, got "
                               f"{type(backend).__name__}", argument="backend")
@@ -363,6 +367,7 @@ class Runtime:
                 raise ConfigError(f"two kinds named {kind.name!r}", argument="kinds")
             self.kinds[kind.name] = kind
         self.clock = clock
+        self.supervise = supervise
         self.discover = discover
         self.name = name or f"runtime-{uuid.uuid4().hex[:8]}"
         self._works: dict[str, _Work] = {}
@@ -398,6 +403,8 @@ class Runtime:
         elif not self.backend.started:
             await self.backend.start()
             self.backend.started = True
+        if not self.supervise:
+            return
         await self._recover()
         self._scheduler = asyncio.create_task(self._schedule(), name=f"outlive:{self.name}")
         if self.discover:
@@ -475,7 +482,11 @@ class Runtime:
         :class:`~outlive.errors.InputConflict`; a work of another kind is
         :class:`~outlive.errors.WorkExists`). Waits while the kind's queue is full.
         """
-        k = self._kind(kind)
+        k = self._kind(kind) if self.supervise or isinstance(kind, Kind) else None
+        name = k.name if k is not None else kind
+        if not isinstance(name, str) or not name:
+            raise ConfigError("start(kind=...) takes an outlive.Kind or a kind's name",
+                              argument="kind")
         L.check_work_id(work_id)
         if not isinstance(version, str) or not version:
             raise InvalidRecord("start(version=...) takes a non-empty version name",
@@ -483,18 +494,17 @@ class Runtime:
         if not isinstance(parts, Mapping) or not parts:
             raise InvalidRecord("start(parts=...) takes a non-empty mapping of part name -> "
                                 "content", argument="parts")
-        await self._backpressure(k)
+        if k is not None:
+            await self._backpressure(k)
         ctl = self._controller(k)
-        await _observe.execute(self._backend, work_id, L.OpenWork(policy=k.policy, kind=k.name))
-        st = await self._backend.load(work_id)
-        assert st is not None
-        if st.kind not in (None, k.name):
-            raise ConfigError(f"{work_id} is a work of kind {st.kind!r}", work_id=work_id)
+        policy = k.policy if k is not None else Policy()
+        await _observe.execute(self._backend, work_id, L.OpenWork(policy=policy, kind=name))
         # A version already published: the same parts are a no-op, others an InputConflict.
         await ctl.publish(work_id, version, parts)
-        w = self._watch(work_id, k)
-        w.inputs[version] = dict(parts)
-        self._wake(work_id)
+        if k is not None and self.supervise:
+            w = self._watch(work_id, k)
+            w.inputs[version] = dict(parts)
+            self._wake(work_id)
         return WorkHandle(self, work_id)
 
     def handle(self, work_id: str) -> WorkHandle:
@@ -535,10 +545,11 @@ class Runtime:
         st = await self._load(work_id)
         kind = self.kinds.get(st.kind or "")
         rec = await self._controller(kind).publish(work_id, version, parts)
-        w = self._works.get(work_id)
-        if w is not None:
+        if kind is not None and self.supervise:
+            w = self._watch(work_id, kind)   # a completed work is carried on for the new version
+            w.ended = False
             w.inputs[version] = dict(parts)
-        self._wake(work_id)
+            self._wake(work_id)
         return rec
 
     async def _result(self, work_id: str) -> Completed:
@@ -546,7 +557,7 @@ class Runtime:
         if w is None:
             st = await self._load(work_id)
             kind = self.kinds.get(st.kind or "")
-            if kind is not None and not self._closing:
+            if kind is not None and self.supervise and not self._closing:
                 w = self._watch(work_id, kind)
                 self._wake(work_id)
         if w is not None:
@@ -554,10 +565,11 @@ class Runtime:
             w.results.append(fut)
             self._wake(work_id)
             return await fut
-        # A work of a kind this runtime does not host: follow the ledger.
+        # A work this runtime does not supervise: follow the ledger (a short poll; a runtime
+        # serving the kind runs it).
         while True:
             st = await self._load(work_id)
-            done = self._ended(st, None)
+            done = self._ended(st, self.kinds.get(st.kind or ""))
             if done is not None:
                 return done
             await asyncio.sleep(0.05)

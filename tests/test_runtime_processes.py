@@ -1,0 +1,105 @@
+"""The runtime across processes: `outlive serve` killed with works in flight and started again,
+`outlive start` and `outlive works` (issue: serve many works)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import runtime_kinds as K
+
+import outlive
+from outlive import Runtime
+from outlive.cli import main as cli_main
+
+HERE = Path(__file__).parent
+
+
+def _serve(url: str, receiver: Path, *kinds: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "OUTLIVE_TEST_RECEIVER": str(receiver),
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "outlive.cli", "serve", *kinds, "--backend", url,
+                             "--quiet", "--discover", "0.1"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def _count(rt: Runtime, state: str) -> int:
+    return len(await rt.works(state=state, kind="recover"))
+
+
+async def test_a_killed_runtime_started_again_completes_every_work_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    receiver = tmp_path / "receiver.db"
+    n = 120
+    first = _serve(url, receiver, "runtime_kinds:RECOVER")
+    second = None
+    try:
+        async with Runtime(url, [], supervise=False, report_errors=False) as client:
+            for i in range(n):
+                await client.start("recover", f"r/{i}", "v1", K.parts_for("v1"))
+            for _ in range(600):   # until some are done and the rest in flight
+                if await _count(client, "completed") >= 10:
+                    break
+                await asyncio.sleep(0.05)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            done_before = await _count(client, "completed")
+            assert done_before < n, "the kill came too late to find works in flight"
+            second = _serve(url, receiver, "runtime_kinds:RECOVER")
+            results = await asyncio.wait_for(asyncio.gather(
+                *(client.handle(f"r/{i}").result() for i in range(n))), 120)
+            states = [(await client.handle(f"r/{i}").state()).state for i in range(n)]
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    assert len(results) == n
+    for st in states:
+        assert len(st.acceptances) == 1, st.work_id            # accepted once
+        assert all(e.sends >= 1 for e in st.effects) and len(st.effects) == 1
+    with sqlite3.connect(receiver) as conn:
+        keys = [k for (k,) in conn.execute("SELECT op_key FROM posts")]
+    assert len(keys) == n and len(set(keys)) == n               # announced once each
+    assert any(len(st.attempts) > 1 for st in states)           # some were carried on
+
+
+def test_start_and_works_on_the_command_line(tmp_path: Path, capsys: object) -> None:
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    parts = tmp_path / "parts.json"
+    parts.write_text(json.dumps(K.parts_for("v1")))
+    assert cli_main(["start", "small", "cli/1", "--publish", "v1", str(parts),
+                     "--backend", url]) == 0
+    assert cli_main(["start", "small", "cli/1", "--publish", "v1", str(parts),
+                     "--backend", url]) == 0      # the same work again
+    assert cli_main(["works", "--backend", url, "--json"]) == 0
+    out = capsys.readouterr().out   # type: ignore[attr-defined]
+    rows = json.loads(out[out.index("["):])
+    assert [(r["work_id"], r["kind"], r["state"]) for r in rows] == [("cli/1", "small", "open")]
+
+
+def test_works_reads_the_backend_from_the_environment(tmp_path: Path, monkeypatch: object,
+                                                        capsys: object) -> None:
+    url = f"sqlite:///{tmp_path / 'env.db'}"
+    monkeypatch.setenv("OUTLIVE_BACKEND", url)   # type: ignore[attr-defined]
+
+    async def one_failed() -> None:
+        async with Runtime(url, [K.NONRETRYABLE], discover=None, report_errors=False) as rt:
+            h = await rt.start(K.NONRETRYABLE, "env/bad", "v1", K.parts_for("v1"))
+            try:
+                await h.result()
+            except outlive.WorkFailed:
+                pass
+    asyncio.run(one_failed())
+    assert cli_main(["works", "--state", "failed"]) == 0
+    out = capsys.readouterr().out   # type: ignore[attr-defined]
+    assert "env/bad" in out and "NonRetryable: the ticket was deleted" in out
