@@ -11,7 +11,7 @@ PKGS := -e ".[dev,otel,postgres]" -e conformance -e "adapters/temporal[devserver
 	-e adapters/restate -e "adapters/langgraph[postgres]" -e examples/jsonfile_backend
 CONSTRAINTS := -c constraints.txt --build-constraint constraints.txt
 
-.PHONY: install demo test lint typecheck bench bench-core-cpu sweep crashpoints engines clean dist constraints
+.PHONY: install demo test lint typecheck bench bench-core-cpu bench-runtime sweep crashpoints engines clean dist constraints
 
 install: $(STAMP)
 
@@ -73,7 +73,12 @@ typecheck: install
 bench: engines
 	$(PY) -m outlive_conformance.bench
 	$(PY) bench/supervision.py --out .bench/supervision.json
+	$(PY) bench/runtime_vs_dbos.py --out .bench/runtime.json
 	$(MAKE) --no-print-directory $(BENCH_TARGETS)
+
+# The runtime beside DBOS (latency, throughput, idle works; SQLite and PostgreSQL): also in `bench`.
+bench-runtime: engine-postgres
+	$(PY) bench/runtime_vs_dbos.py --out .bench/runtime.json
 
 # The core's CPU per command (µs per Worker.step on memory://, per ledger.apply): not in `bench`,
 # a quick before/after for changes to the ledger, the worker and their checks and copies.

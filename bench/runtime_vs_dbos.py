@@ -1,0 +1,275 @@
+"""The runtime beside DBOS, side by side on one machine: latency, throughput, idle works.
+
+The work is the same on both sides: four steps (a summary per section), a judgement, one
+announcement. On outlive that is four journaled steps, a candidate, its acceptance by the
+runtime, an operation-keyed effect (intent, send, confirmation) and the attempt's finish; on
+DBOS a workflow of six steps (four summaries, the judgement, the post). Each side runs in its own
+process (DBOS is a process-wide singleton with threads of its own), the sides alternate, and
+each ratio is outlive's figure over DBOS's from the same round.
+
+    python bench/runtime_vs_dbos.py                 # SQLite and PostgreSQL, 3 rounds
+    python bench/runtime_vs_dbos.py --only sqlite --rounds 5 --out .bench/runtime.json
+
+Targets: latency p50 <= 1.0x DBOS's, throughput (1,000 works, 50 in flight) >= 1.5x DBOS's;
+idle: 10,000 open works waiting on a person use < 2 % of a core and < 300 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("revenue", "costs", "outlook", "risks")
+
+
+def _parts(i: int) -> dict[str, str]:
+    return {s: f"{s} text of report {i}" for s in SECTIONS}
+
+
+def summarise(**inputs: Any) -> str:
+    (_name, text), = inputs.items()
+    return f"summary of {text}"
+
+
+# -- outlive ---------------------------------------------------------------------------------
+async def _outlive(url: str, mode: str, n: int, in_flight: int) -> dict[str, Any]:
+    import outlive
+    from outlive import Contract, Kind, Lease, MemoryReceiver
+
+    receiver = MemoryReceiver()
+
+    def post(key: str | None, payload: Any) -> outlive.Receipt:
+        return receiver.receive(key, payload, lambda p: f"post-{len(receiver.applied) + 1}")
+
+    async def attempt(ctx: outlive.AttemptContext) -> None:
+        w = ctx.worker
+        for part in SECTIONS:
+            await w.step(part, summarise, **{part: ctx.inputs[part]})
+        acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+        await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
+                       send=post)
+
+    kind = Kind(name="small", attempt=attempt, contract=Contract(name="f", version="1",
+                                                                 assessor="r"),
+                lease=Lease(heartbeat_interval=2_000), concurrency=None)
+    async with outlive.Runtime(url, [kind], discover=None, report_errors=False) as rt:
+        if mode == "latency":
+            times = []
+            for i in range(n):
+                t0 = time.perf_counter()
+                h = await rt.start(kind, f"lat/{i}", "v1", _parts(i))
+                await h.result()
+                times.append((time.perf_counter() - t0) * 1000)
+            return {"p50_ms": statistics.median(times),
+                    "p90_ms": statistics.quantiles(times, n=10)[-1]}
+        if mode == "throughput":
+            sem = asyncio.Semaphore(in_flight)
+
+            async def one(i: int) -> None:
+                async with sem:
+                    h = await rt.start(kind, f"tp/{i}", "v1", _parts(i))
+                    await h.result()
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(n)))
+            return {"works_per_s": n / (time.perf_counter() - t0)}
+        raise SystemExit(f"unknown mode {mode}")
+
+
+async def _outlive_idle(url: str, n: int) -> dict[str, Any]:
+    """``n`` open works whose attempts wait on a person: what the runtime costs while they wait."""
+    import outlive
+    from outlive import Contract, Kind
+
+    release = asyncio.Event()
+
+    async def attempt(ctx: outlive.AttemptContext) -> None:
+        async with ctx.worker.waiting("approval"):
+            await release.wait()
+
+    kind = Kind(name="idle", attempt=attempt, contract=Contract(name="f", version="1",
+                                                                assessor="r"))
+    async with outlive.Runtime(url, [kind], discover=None, report_errors=False) as rt:
+        for i in range(n):
+            await rt.start(kind, f"idle/{i}", "v1", {"ticket": f"ticket {i}"})
+        while True:   # every attempt admitted and waiting
+            await asyncio.sleep(0.5)
+            if not rt._dirty and all(w.task is not None for w in rt._works.values()):
+                break
+        await asyncio.sleep(2)
+        c0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.sleep(10)
+        cpu = (time.process_time() - c0) / (time.perf_counter() - t0)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        release.set()
+        return {"works": n, "cpu_share": cpu, "max_rss_mb": rss}
+
+
+# -- DBOS ------------------------------------------------------------------------------------
+async def _dbos(url: str, mode: str, n: int, in_flight: int) -> dict[str, Any]:
+    from dbos import DBOS, DBOSConfig
+
+    config: DBOSConfig = {"name": "bench", "system_database_url": url,
+                          "log_level": "WARNING", "run_admin_server": False}  # type: ignore[typeddict-unknown-key]
+    DBOS(config=config)
+    posted: dict[str, int] = {}
+
+    @DBOS.step()
+    def summary_step(part: str, text: str) -> str:
+        return summarise(**{part: text})
+
+    @DBOS.step()
+    def judge(sections: dict[str, str]) -> bool:
+        return True
+
+    @DBOS.step()
+    def post(key: str, payload: dict[str, Any]) -> str:
+        posted[key] = posted.get(key, 0) + 1
+        return f"post-{len(posted)}"
+
+    @DBOS.workflow()
+    async def work(i: int, parts: dict[str, str]) -> str:
+        sections = {}
+        for part in SECTIONS:
+            sections[part] = summary_step(part, parts[part])
+        judge(sections)
+        return post(f"announce:{i}", {"sections": sections})
+
+    DBOS.launch()
+    try:
+        if mode == "latency":
+            times = []
+            for i in range(n):
+                t0 = time.perf_counter()
+                h = await DBOS.start_workflow_async(work, i, _parts(i))
+                await h.get_result()
+                times.append((time.perf_counter() - t0) * 1000)
+            return {"p50_ms": statistics.median(times),
+                    "p90_ms": statistics.quantiles(times, n=10)[-1]}
+        if mode == "throughput":
+            sem = asyncio.Semaphore(in_flight)
+
+            async def one(i: int) -> None:
+                async with sem:
+                    h = await DBOS.start_workflow_async(work, i, _parts(i))
+                    await h.get_result()
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(n)))
+            return {"works_per_s": n / (time.perf_counter() - t0)}
+        raise SystemExit(f"unknown mode {mode}")
+    finally:
+        DBOS.destroy()
+
+
+# -- one side in its own process -------------------------------------------------------------
+def _side(args: argparse.Namespace) -> None:
+    if args.side == "outlive":
+        if args.mode == "idle":
+            out = asyncio.run(_outlive_idle(args.url, args.n))
+        else:
+            out = asyncio.run(_outlive(args.url, args.mode, args.n, args.in_flight))
+    else:
+        out = asyncio.run(_dbos(args.url, args.mode, args.n, args.in_flight))
+    print(json.dumps(out))
+
+
+def _run(side: str, mode: str, url: str, n: int, in_flight: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--side", side, "--mode", mode, "--url", url,
+           "--n", str(n), "--in-flight", str(in_flight)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise SystemExit(f"{side} {mode} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _urls(store: str, tmp: Path, server: Any, label: str) -> tuple[str, str]:
+    """A fresh store for each side of each run: neither reads the other's rows."""
+    if store == "sqlite":
+        o = tmp / f"outlive-{label}.db"
+        d = tmp / f"dbos-{label}.db"
+        return f"sqlite:///{o}", f"sqlite:///{d}"
+    o = server.create_database(f"o_{label}")
+    d = server.create_database(f"d_{label}")
+    dbos_url = d.replace("postgresql://", "postgresql+psycopg://", 1)
+    return o, dbos_url
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--side", choices=["outlive", "dbos"])
+    ap.add_argument("--mode", choices=["latency", "throughput", "idle"])
+    ap.add_argument("--url")
+    ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--in-flight", type=int, default=50)
+    ap.add_argument("--only", choices=["sqlite", "postgresql"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-n", type=int, default=100)
+    ap.add_argument("--throughput-n", type=int, default=1000)
+    ap.add_argument("--idle-n", type=int, default=10_000)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.side:
+        _side(args)
+        return
+    stores = [args.only] if args.only else ["sqlite", "postgresql"]
+    report: dict[str, Any] = {"rounds": args.rounds, "rows": []}
+    server = None
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        os.chmod(tmp, 0o755)
+        try:
+            for store in stores:
+                if store == "postgresql":
+                    from outlive._pgserver import PostgresServer
+                    server = PostgresServer().start()
+                for mode, n, target, better in (("latency", args.latency_n, 1.0, "lower"),
+                                                ("throughput", args.throughput_n, 1.5, "higher")):
+                    ratios = []
+                    for r in range(args.rounds):
+                        o_url, d_url = _urls(store, tmp, server, f"{mode[:3]}{r}")
+                        o = _run("outlive", mode, o_url, n, args.in_flight)
+                        d = _run("dbos", mode, d_url, n, args.in_flight)
+                        key = "p50_ms" if mode == "latency" else "works_per_s"
+                        ratio = o[key] / d[key]
+                        ratios.append(ratio)
+                        print(f"{store:10} {mode:10} round {r + 1}: outlive {o[key]:8.2f}  "
+                              f"dbos {d[key]:8.2f}  ratio {ratio:.2f}x", flush=True)
+                    ok = (max(ratios) <= target) if better == "lower" else (min(ratios) >= target)
+                    row = {"store": store, "mode": mode, "n": n, "ratios": ratios,
+                           "target": f"{'<=' if better == 'lower' else '>='} {target}x",
+                           "meets": ok}
+                    report["rows"].append(row)
+                    print(f"{store:10} {mode:10} ratio {min(ratios):.2f}-{max(ratios):.2f}x  "
+                          f"target {row['target']}  {'meets' if ok else 'MISSES'}", flush=True)
+                if store == "sqlite":
+                    o_url, _ = _urls(store, tmp, server, "idle")
+                    idle = _run("outlive", "idle", o_url, args.idle_n, 0)
+                    ok = idle["cpu_share"] < 0.02 and idle["max_rss_mb"] < 300
+                    report["rows"].append({"store": store, "mode": "idle", **idle,
+                                           "target": "< 2 % of a core, < 300 MB", "meets": ok})
+                    print(f"{store:10} idle       {idle['works']} works waiting: "
+                          f"{idle['cpu_share'] * 100:.2f} % of a core, "
+                          f"{idle['max_rss_mb']:.0f} MB  {'meets' if ok else 'MISSES'}", flush=True)
+                if server is not None:
+                    server.cleanup()
+                    server = None
+        finally:
+            if server is not None:
+                server.cleanup()
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
