@@ -138,6 +138,10 @@ class _Pool:
         self.free.append(conn)
 
 
+#: The channel a runtime's events go through (``LISTEN/NOTIFY``).
+_CHANNEL = "outlive_events"
+
+
 class PostgresLedger:
     """Ledgers in ``outlive_works`` / ``outlive_log`` of one database, on a small pool.
 
@@ -317,6 +321,19 @@ class PostgresLedger:
             raise BackendUnavailable(f"{self.url}: {exc}", url=self.url) from exc
         return [str(r[0]) for r in rows]
 
+    async def notify(self, message: str) -> None:
+        try:
+            await self._query("SELECT pg_notify(%s, %s)", (_CHANNEL, message))
+        except psycopg.Error as exc:
+            raise BackendUnavailable(f"{self.url}: {exc}", url=self.url) from exc
+
+    async def listen(self) -> AsyncIterator[str]:
+        """A connection of its own that LISTENs; closed with the ledger."""
+        conn = await self._connect()
+        await conn.execute(f"LISTEN {_CHANNEL}")
+        async for note in conn.notifies():
+            yield note.payload
+
     async def close(self) -> None:
         conns, self._all, self._idle = self._all, [], None
         self._cursors.clear()
@@ -344,6 +361,14 @@ class PostgresBackend(Backend):
 
     async def works(self) -> list[str]:
         return await self.ledger.works()
+
+    listens = True
+
+    async def notify(self, message: str) -> None:
+        await self.ledger.notify(message)
+
+    def listen(self) -> AsyncIterator[str]:
+        return self.ledger.listen()
 
     @property
     def busy_retries(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, ClassVar
@@ -96,6 +96,18 @@ class Backend(abc.ABC):
     async def works(self) -> list[str]:
         """Work ids this backend holds (for ``outlive inspect``); may be unsupported."""
         return []
+
+    #: True when :meth:`listen` delivers what other processes :meth:`notify` (PostgreSQL's
+    #: ``LISTEN/NOTIFY``); a runtime on a backend without it looks for new works by a short poll.
+    listens: ClassVar[bool] = False
+
+    async def notify(self, message: str) -> None:
+        """Tell the runtimes of other processes that something happened (a work started, a
+        version published, a work ended). A no-op where the backend cannot carry it."""
+
+    def listen(self) -> AsyncIterator[str]:
+        """What :meth:`notify` sent, from any process, as it arrives (when :attr:`listens`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot listen")
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run one step's body. Engines override this to run it as their own durable step."""

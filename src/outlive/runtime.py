@@ -379,6 +379,9 @@ class Runtime:
         self._room = asyncio.Condition()
         self._scheduler: asyncio.Task[None] | None = None
         self._discoverer: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._ends: dict[str, asyncio.Event] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self._known: set[str] = set()
         self._order = 0
         self._closing = False
@@ -403,6 +406,9 @@ class Runtime:
         elif not self.backend.started:
             await self.backend.start()
             self.backend.started = True
+        if self.backend.listens:
+            self._listener = asyncio.create_task(self._listen_loop(),
+                                                 name=f"outlive:{self.name}:listen")
         if not self.supervise:
             return
         await self._recover()
@@ -415,7 +421,7 @@ class Runtime:
         """Stop supervising; attempts still running are cancelled (the ledger keeps everything:
         a runtime started again carries them on after their lease)."""
         self._closing = True
-        for task in (self._scheduler, self._discoverer):
+        for task in (self._scheduler, self._discoverer, self._listener, *self._background):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -505,6 +511,8 @@ class Runtime:
             w = self._watch(work_id, k)
             w.inputs[version] = dict(parts)
             self._wake(work_id)
+        if self._backend.listens:
+            await self._backend.notify(f"started {work_id}")
         return WorkHandle(self, work_id)
 
     def handle(self, work_id: str) -> WorkHandle:
@@ -550,6 +558,8 @@ class Runtime:
             w.ended = False
             w.inputs[version] = dict(parts)
             self._wake(work_id)
+        if self._backend.listens:
+            await self._backend.notify(f"published {work_id}")
         return rec
 
     async def _result(self, work_id: str) -> Completed:
@@ -565,14 +575,20 @@ class Runtime:
             w.results.append(fut)
             self._wake(work_id)
             return await fut
-        # A work this runtime does not supervise: follow the ledger (a short poll; a runtime
-        # serving the kind runs it).
+        # A work this runtime does not supervise (a runtime serving its kind runs it): its end
+        # is announced where the backend listens (PostgreSQL), else a short poll follows it.
+        ended = self._ends.setdefault(work_id, asyncio.Event())
         while True:
             st = await self._load(work_id)
             done = self._ended(st, self.kinds.get(st.kind or ""))
             if done is not None:
                 return done
-            await asyncio.sleep(0.05)
+            if self._backend.listens:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ended.wait(), 1.0)
+                ended.clear()
+            else:
+                await asyncio.sleep(0.05)
 
     def _verdict(self, work_id: str, digest: str) -> asyncio.Future[Acceptance]:
         w = self._works[work_id]
@@ -613,24 +629,58 @@ class Runtime:
             self._watch(wid, kind)
             self._dirty.add(wid)
 
+    async def _listen_loop(self) -> None:
+        """Events from other processes: a work started or published, a work ended."""
+        while True:
+            try:
+                async for message in self._backend.listen():
+                    verb, _, work_id = message.partition(" ")
+                    if verb == "ended":
+                        ev = self._ends.get(work_id)
+                        if ev is not None:
+                            ev.set()
+                    elif verb in ("started", "published") and self.supervise:
+                        await self._found(work_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:   # a lost connection: listen again; discovery covers the gap
+                log.warning("listening for events failed (%s); listening again", exc)
+                await asyncio.sleep(1.0)
+
+    async def _found(self, work_id: str) -> None:
+        """A work some process started: supervise it if it is of a kind hosted here."""
+        self._known.add(work_id)
+        w = self._works.get(work_id)
+        if w is not None:
+            w.ended = False
+            self._wake(work_id)
+            return
+        st = await self._backend.load(work_id)
+        if st is not None and st.kind in self.kinds \
+                and status_of(st, self.kinds[st.kind]) not in ("completed", "failed"):
+            self._watch(work_id, self.kinds[st.kind])
+            self._wake(work_id)
+
+    def _announce_end(self, work_id: str) -> None:
+        if self._backend.listens:
+            task = asyncio.get_running_loop().create_task(self._backend.notify(f"ended {work_id}"))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
     async def _discover_loop(self) -> None:
         assert self.discover
+        # Where events cross processes, discovery is only the safety net for a lost connection.
+        interval = self.discover * (10 if self._backend.listens else 1)
         while True:
-            await asyncio.sleep(self.discover)
+            await asyncio.sleep(interval)
             try:
                 ids = await self._backend.works()
             except OutliveError as exc:
                 log.warning("could not list works (%s); retrying", exc)
                 continue
             for wid in ids:
-                if wid in self._known:
-                    continue
-                self._known.add(wid)
-                st = await self._backend.load(wid)
-                if st is not None and st.kind in self.kinds \
-                        and status_of(st, self.kinds[st.kind]) not in ("completed", "failed"):
-                    self._watch(wid, self.kinds[st.kind])
-                    self._wake(wid)
+                if wid not in self._known:
+                    await self._found(wid)
 
     async def _schedule(self) -> None:
         while True:
@@ -702,6 +752,7 @@ class Runtime:
 
     def _drop(self, w: _Work) -> None:
         w.ended = True
+        self._announce_end(w.work_id)
         for fut in w.verdicts.values():
             if not fut.done():
                 fut.cancel()
