@@ -300,6 +300,8 @@ class _Work:
     order: int = 0
     #: Its end was settled: supervision stops once no attempt of it runs here.
     ended: bool = False
+    #: Said once: no content is known here for the current version.
+    parts_missing: bool = False
 
 
 class WorkHandle:
@@ -838,6 +840,15 @@ class Runtime:
             if due > self.clock():
                 self._at(due, w.work_id)
                 return
+        if kind.inputs is None and st.current_version not in w.inputs:
+            # Nothing here holds the version's content (the ledger keeps only its hashes): wait
+            # for a start or publish of it in this process, or give the kind an inputs loader.
+            if not w.parts_missing:
+                w.parts_missing = True
+                log.warning("%s: the content of version %s is not known here; start the work "
+                            "again with its parts, or give kind %r an inputs loader",
+                            w.work_id, st.current_version, kind.name)
+            return
         if not self._take_slot(w):
             return
         try:
