@@ -8,7 +8,8 @@ DIST ?= dist
 # Editable installs of every distribution with every extra the tests use; exact versions come
 # from constraints.txt (the distributions themselves declare compatible ranges).
 PKGS := -e ".[dev,otel,postgres]" -e conformance -e "adapters/temporal[devserver]" \
-	-e adapters/restate -e "adapters/langgraph[postgres]" -e examples/jsonfile_backend
+	-e adapters/restate -e "adapters/langgraph[postgres]" -e examples/jsonfile_backend \
+	-e "adapters/agents[langgraph]"
 CONSTRAINTS := -c constraints.txt --build-constraint constraints.txt
 
 .PHONY: install demo test lint typecheck bench bench-core-cpu bench-runtime sweep crashpoints engines clean dist constraints
@@ -53,6 +54,7 @@ sweep-postgres: engine-postgres
 -include adapters/temporal/engine.mk
 -include adapters/restate/engine.mk
 -include adapters/langgraph/engine.mk
+-include adapters/agents/engine.mk
 # The explorer's browser test needs a headless browser (conformance/explore.mk).
 -include conformance/explore.mk
 
