@@ -77,8 +77,8 @@ def test_make_dist_wheels_install_each_adapter_through_its_extra(tmp_path: Path)
     dist = tmp_path / "dist"
     _sh("make", "-C", ROOT, "--no-print-directory", "dist", f"DIST={dist}")
     wheels = sorted(p.name.split("-")[0] for p in dist.glob("*.whl"))
-    assert wheels == ["outlive", "outlive_conformance", "outlive_langgraph", "outlive_restate",
-                      "outlive_temporal"]
+    assert wheels == ["outlive", "outlive_agents", "outlive_conformance", "outlive_langgraph",
+                      "outlive_restate", "outlive_temporal"]
     shipped = [n for p in dist.glob("*.whl") for n in zipfile.ZipFile(p).namelist()]
     assert "LICENSE" in {Path(n).name for n in shipped if "outlive-0.1.0" in n}
     assert not [n for n in shipped if n.endswith("/bench.py") and "conformance" not in n], \
