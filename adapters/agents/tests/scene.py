@@ -116,7 +116,9 @@ class Scene:
         receipt = self.feed.post(key, text)
         if attempt == self.die_after_post:
             kill(work_id, attempt)
-            await asyncio.sleep(0)    # the cancellation lands here: nothing after it runs
+            # nothing after the kill runs: wait here until the cancellation arrives (through
+            # the framework's own task groups, which may take a few turns of the loop)
+            await asyncio.get_running_loop().create_future()
         return receipt
 
 
@@ -185,7 +187,10 @@ async def run_scene(backend: outlive.Backend, scene: Scene, attempt: Any, *,
         if scene.pause_attempt is not None:
             scene.wake.set()                   # #1 wakes and carries on
             late = sup.dispatcher.tasks[(WORK, scene.pause_attempt)]  # type: ignore[attr-defined]
-            await asyncio.wait_for(late, 30)
+            # it ends refused (StaleOwner) or cancelled by the stop request it shrugged off
+            # while frozen: either way only its token mattered
+            await asyncio.wait([late], timeout=30)
+            assert late.done()
         return await verdicts(backend, scene)
     finally:
         await sup.close()

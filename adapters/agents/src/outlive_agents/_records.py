@@ -31,11 +31,13 @@ __all__ = [
     "effect",
     "effect_receipt",
     "effect_tool_call",
+    "from_journal",
     "is_marked_effect",
     "jsonable",
     "model_step",
     "operation_key",
     "read_tool_step",
+    "to_journal",
     "tool_operation_key",
 ]
 
@@ -109,6 +111,34 @@ def jsonable(value: Any) -> Any:
     return type(value).__name__
 
 
+#: How a float is journaled: the ledger hashes canonical values only, and a float has no single
+#: canonical text; its repr round-trips exactly.
+_FLOAT = "__outlive_float__"
+
+
+def to_journal(value: Any) -> Any:
+    """``value`` (JSON-like) with each float as ``{"__outlive_float__": repr}``: what the ledger
+    hashes and stores (usage figures, temperatures, scores)."""
+    if isinstance(value, float):
+        return {_FLOAT: repr(value)}
+    if isinstance(value, dict):
+        return {k: to_journal(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_journal(v) for v in value]
+    return value
+
+
+def from_journal(value: Any) -> Any:
+    """The value :func:`to_journal` was given."""
+    if isinstance(value, dict):
+        if len(value) == 1 and _FLOAT in value:
+            return float(value[_FLOAT])
+        return {k: from_journal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_journal(v) for v in value]
+    return value
+
+
 def _plain(value: Any) -> bool:
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
@@ -126,10 +156,11 @@ async def model_step(worker: Worker, name: str, *, conversation: Any, settings: 
     and earlier answers rather than being a part of the input version itself.
     """
     async def body(**_: Any) -> Any:
-        return await call()
+        return to_journal(await call())
 
-    return await worker.step(name, body, conversation=External(conversation),
-                             model_settings=External(settings), tool_schemas=External(tools))
+    return from_journal(await worker.step(
+        name, body, conversation=External(to_journal(conversation)),
+        model_settings=External(to_journal(settings)), tool_schemas=External(to_journal(tools))))
 
 
 def _parts(worker: Worker, reads: Iterable[str] | None) -> dict[str, Any]:
@@ -148,15 +179,16 @@ async def read_tool_step(worker: Worker, name: str, *, tool: str, args: Any,
                          reads: Iterable[str] | None, call: Callable[[], Awaitable[Any]]) -> Any:
     """A read-only tool call as a step: keyed by its arguments and the parts it may read."""
     async def body(**_: Any) -> Any:
-        return await call()
+        return to_journal(await call())
 
-    return await worker.step(name, body, tool_name=External(tool), tool_args=External(args),
-                             **_parts(worker, reads))
+    return from_journal(await worker.step(name, body, tool_name=External(tool),
+                                          tool_args=External(to_journal(args)),
+                                          **_parts(worker, reads)))
 
 
 def tool_operation_key(work_id: str, version: str | None, tool: str, args: Any) -> str:
     """``tool:<work>:<version>:<tool>:<hash of the arguments>``: the operation, not the attempt."""
-    return f"tool:{work_id}:{version}:{tool}:{content_hash(args)[:16]}"
+    return f"tool:{work_id}:{version}:{tool}:{content_hash(to_journal(args))[:16]}"
 
 
 def effect_receipt(output: Any, key: str | None) -> Receipt:
@@ -192,4 +224,4 @@ async def effect_tool_call(worker: Worker, *, tool: str, args: Any,
             _OPERATION.reset(token)
         return effect_receipt(output, key)
 
-    return await worker.effect(op, {"tool": tool, "args": args}, send)
+    return await worker.effect(op, {"tool": tool, "args": to_journal(args)}, send)
