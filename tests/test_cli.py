@@ -71,7 +71,7 @@ def test_list_shows_each_work(tmp_path: Path) -> None:
 
 
 def test_version_and_backends() -> None:
-    assert run("--version").stdout.strip() == f"outlive {__version__}"
+    assert run("--version").stdout.splitlines()[0] == f"outlive {__version__}"
     rows = json.loads(run("backends", "--json").stdout)
     assert {"memory", "sqlite", "temporal", "restate", "langgraph+sqlite"} <= {r["scheme"] for r in rows}
 

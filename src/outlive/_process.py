@@ -219,27 +219,6 @@ class SubprocessDispatcher(Dispatcher):
                 await w
 
 
-def _parser(prog: str = "outlive worker") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run one admitted attempt in this process.")
-    add_worker_arguments(p)
-    return p
-
-
-def add_worker_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("function", metavar="MODULE:FUNCTION", help="the attempt function")
-    p.add_argument("--backend", required=True, help="backend URL shared with the supervisor")
-    p.add_argument("--work", help="work id")
-    p.add_argument("--attempt", type=int, help="the admitted attempt's number")
-    p.add_argument("--token", type=int, help="the token it was admitted with")
-    p.add_argument("--standby", action="store_true",
-                   help="start up, then read the attempt (one JSON line) from stdin")
-    p.add_argument("--inputs", metavar="MODULE:FUNCTION", help="version name -> input content")
-    p.add_argument("--persist", default="step", choices=("step", "end"))
-    p.add_argument("--heartbeat", type=int, default=Lease().heartbeat_interval,
-                   help="lease renewal interval in ms")
-    p.add_argument("--arg", action="append", default=[], help="passed to the function (ctx.args)")
-
-
 async def run_worker(args: argparse.Namespace) -> int:
     """Run the attempt named by ``args``; SIGTERM cancels it (the supervisor replaced it)."""
     backend = await open_backend(args.backend)
@@ -281,9 +260,11 @@ async def run_worker(args: argparse.Namespace) -> int:
 
 
 def worker_main(argv: list[str] | None = None) -> int:
-    """``outlive worker MODULE:FUNCTION --backend URL --work ID --attempt N --token T …``."""
-    args = _parser().parse_args(argv)
-    return run_worker_command(args)
+    """``outlive worker MODULE:FUNCTION --backend URL --work ID --attempt N --token T …``
+    (the options are the CLI's: ``outlive worker --help``)."""
+    from .cli import main
+
+    return main(["worker", *(sys.argv[1:] if argv is None else argv)])
 
 
 def run_worker_command(args: argparse.Namespace) -> int:

@@ -235,6 +235,14 @@ class _Writer:
         self._close(self._jobs, self._wake)
 
 
+def _unreadable_wal(path: str) -> bool:
+    """A write-ahead log SQLite cannot read here: it needs the log's index (``-shm``), writable
+    or at least present, and the directory will not take a new one."""
+    parent = os.path.dirname(os.path.abspath(path))
+    return (os.path.exists(f"{path}-wal") and not os.access(parent, os.W_OK)
+            and not os.access(f"{path}-shm", os.W_OK))
+
+
 class SqliteBackend(Backend):
     capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
 
@@ -305,6 +313,13 @@ class SqliteBackend(Backend):
             self._thread.stop()
             self._thread = None
             err = sqlite_error(exc, self.path)
+            if self.read_only and _unreadable_wal(self.path):
+                raise BackendUnavailable(
+                    f"{self.path} cannot be read here: it has a write-ahead log "
+                    f"({self.path}-wal) whose index ({self.path}-shm) is missing or read-only, "
+                    f"and SQLite cannot create one in the read-only directory {parent}. This "
+                    "says nothing against the database: read it where the directory is writable "
+                    "(or copy the file with its -wal there)", path=self.path) from exc
             if isinstance(err, InvalidRecord) or self.read_only or "not a database" in str(exc):
                 raise InvalidRecord(f"{self.path}: not a usable outlive database: {exc}",
                                     path=self.path) from exc

@@ -20,7 +20,7 @@ from .hashing import short
 from .records import WorkState
 from .supervisor import Dispatcher, Status, Supervisor, TaskDispatcher, WorkDefinition
 
-__all__ = ["add_supervise_arguments", "load_definition", "run_supervise_command", "status_lines"]
+__all__ = ["load_definition", "run_supervise_command", "status_lines"]
 
 
 def load_definition(ref: str) -> WorkDefinition:
@@ -66,22 +66,6 @@ def status_lines(st: WorkState, now: int) -> list[str]:
     return lines
 
 
-def add_supervise_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("definition", metavar="MODULE:NAME",
-                   help="a WorkDefinition (or a function returning one)")
-    p.add_argument("--backend", default="sqlite:///outlive.db",
-                   help="a backend every worker process can reach (not memory:// with processes)")
-    p.add_argument("--dispatcher", choices=("process", "task"), default="process",
-                   help="one OS process per attempt (default) or an asyncio task in this process")
-    p.add_argument("--publish", metavar="VERSION",
-                   help="publish this input version (loaded with the definition's inputs) first")
-    p.add_argument("--log-dir", help="one log file per attempt process here")
-    p.add_argument("--warm", nargs="?", type=int, const=1, default=0, metavar="N",
-                   help="keep N (default 1) spare worker processes started, so a takeover skips "
-                        "its start-up")
-    p.add_argument("--quiet", action="store_true", help="print only the end")
-
-
 async def _supervise(args: argparse.Namespace) -> int:
     definition = load_definition(args.definition)
     backend = await open_backend(args.backend)
@@ -118,6 +102,17 @@ async def _supervise(args: argparse.Namespace) -> int:
                 content = await content
             await sup.controller.open_work(definition.work_id, definition.policy)
             await sup.controller.publish(definition.work_id, args.publish, content)
+        else:
+            st = await backend.load(definition.work_id)
+            if st is None or st.current_version is None:
+                # Nothing to run yet: say what the supervisor waits for, instead of silence.
+                how = ("--publish VERSION (the definition's inputs function loads it)"
+                       if definition.inputs is not None else
+                       "an inputs function on the definition and --publish VERSION")
+                print(f"outlive supervise: {definition.work_id} has no input version on "
+                      f"{args.backend} yet; waiting for one to be published (Ctrl-C to stop). "
+                      f"To publish from here, give {how}; from a program, "
+                      "Controller.publish(work_id, version, parts).", file=sys.stderr, flush=True)
         done = await sup.run(on_status=show)
         print(f"done: {short(done.acceptance.digest)} accepted for {done.acceptance.version} after "
               f"{len(done.attempts)} attempt(s); every effect confirmed")

