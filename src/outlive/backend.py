@@ -94,13 +94,9 @@ class Backend(abc.ABC):
         """The work's current ledger state, or None if it was never opened."""
 
     async def works(self) -> list[str]:
-        """Work ids this backend holds (for ``outlive list``).
-
-        A backend that cannot list says so (``ConfigError``) rather than answering "none".
-        """
-        scheme = urlsplit(self.url).scheme or type(self).__name__
-        raise ConfigError(f"the {scheme}:// backend ({type(self).__name__}) cannot list the works "
-                          "it holds; name one instead (outlive inspect WORK_ID)", url=self.url)
+        """Work ids this backend holds (for ``outlive list``). A backend that cannot list keeps
+        this default; ``outlive list`` tells it from "none" by whether it was overridden."""
+        return []
 
     #: True when :meth:`listen` delivers what other processes :meth:`notify` (PostgreSQL's
     #: ``LISTEN/NOTIFY``); a runtime on a backend without it looks for new works by a short poll.

@@ -399,6 +399,11 @@ def list_works(backend: str, as_json: bool, out: str | None) -> int:
 
     async def go() -> int:
         b = await _open_read_only(backend)
+        if type(b).works is Backend.works:      # the base class's "nothing", not an answer
+            await b.close()
+            raise ConfigError(f"the backend at {backend} ({type(b).__name__}) cannot list the "
+                              "works it holds; name one instead: outlive inspect WORK_ID "
+                              f"--backend {backend}", url=backend)
         try:
             rows = []
             for work_id in await b.works():
