@@ -170,13 +170,13 @@ async def verdicts(backend: outlive.Backend, scene: Scene) -> Verdicts:
 
 async def run_scene(backend: outlive.Backend, scene: Scene, attempt: Any, *,
                     assessor: Any = accept_quoting_figure,
-                    contract: outlive.Contract | None = None) -> Verdicts:
+                    contract: outlive.Contract | None = None, **definition: Any) -> Verdicts:
     """Run the supervised work through the scene; return its verdicts."""
-    definition = outlive.WorkDefinition(
+    work = outlive.WorkDefinition(
         work_id=WORK, attempt=attempt,
         contract=contract or outlive.Contract(name="digest-posted", version="1", assessor="plain"),
-        assessor=assessor, inputs=inputs, lease=LEASE)
-    sup = outlive.Supervisor(backend, definition)
+        assessor=assessor, inputs=inputs, lease=LEASE, **definition)
+    sup = outlive.Supervisor(backend, work)
     try:
         await sup.publish("v1", V1)
         running = asyncio.create_task(sup.run())
