@@ -16,6 +16,7 @@ from outlive import Backend, open_backend
 from .golden import GOLDEN, WITNESSES, Golden, protected_switches
 from .harness import RunSummary, run_scenario
 from .oracle import compare, known_disagreement, predict
+from .runtime_chapter import RuntimeChapter
 from .scenario import Scenario, Switches, q3_report
 from .testing import BackendFixture
 
@@ -42,8 +43,9 @@ def _diff(a: RunSummary, b: RunSummary) -> list[str]:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-class ConformanceSuite(BackendFixture):
-    """Golden runs, the 24 protected runs and one witness per protection removed."""
+class ConformanceSuite(BackendFixture, RuntimeChapter):
+    """Golden runs, the 24 protected runs and one witness per protection removed; many works
+    through one runtime (:class:`RuntimeChapter`)."""
 
     @pytest.fixture(scope="class")
     @classmethod
