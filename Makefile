@@ -25,9 +25,14 @@ $(STAMP): pyproject.toml conformance/pyproject.toml $(wildcard adapters/*/pyproj
 
 # A wheel of every distribution into $(DIST)/; then, in any venv:
 #   pip install --find-links $(DIST) "outlive[temporal]"
-dist: install
+# Needs no dev venv: a throwaway venv holding only the build front end (uv), whose build backend
+# (hatchling) is pinned by constraints.txt.
+BUILD_VENV ?= .build-venv
+dist:
+	test -x $(BUILD_VENV)/bin/uv || { python3 -m venv $(BUILD_VENV) && \
+	  $(BUILD_VENV)/bin/python -m pip install -q --disable-pip-version-check uv==0.13.8; }
 	rm -rf $(DIST)
-	$(UV) build -q --wheel --all-packages --build-constraint constraints.txt -o $(DIST)
+	$(BUILD_VENV)/bin/uv build -q --wheel --all-packages --build-constraint constraints.txt -o $(DIST)
 	ls $(DIST)
 
 # Rewrite constraints.txt from what the venv holds (after changing a range: make constraints test).
@@ -98,4 +103,4 @@ crashpoints: engines
 	OUTLIVE_CRASHPOINTS=full $(PY) -m pytest -q -p no:cacheprovider tests/test_crashpoints.py
 
 clean:
-	rm -rf $(VENV) .engines .bench $(DIST)
+	rm -rf $(VENV) $(BUILD_VENV) .engines .bench $(DIST)

@@ -71,11 +71,17 @@ def test_the_core_alone_runs_the_demo_without_a_test_runner(tmp_path: Path) -> N
     extra = subprocess.run([bin_dir / "outlive", "inspect", "w", "--backend", "temporal://x:1"],
                            capture_output=True, text=True, timeout=120)
     assert extra.returncode == 2 and "pip install 'outlive[temporal]'" in extra.stderr
+    rows = {r["scheme"]: r for r in json.loads(_sh(bin_dir / "outlive", "backends", "--json"))}
+    assert rows["postgresql"]["installed"] is False, rows["postgresql"]      # no psycopg here
+    assert rows["postgresql"]["install"] == "pip install 'outlive[postgres]'"
+    assert rows["sqlite"]["installed"] is True
 
 
 def test_make_dist_wheels_install_each_adapter_through_its_extra(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    _sh("make", "-C", ROOT, "--no-print-directory", "dist", f"DIST={dist}")
+    dev_venv = tmp_path / "no-dev-venv"
+    _sh("make", "-C", ROOT, "--no-print-directory", "dist", f"DIST={dist}", f"VENV={dev_venv}")
+    assert not dev_venv.exists(), "make dist built the dev venv"
     wheels = sorted(p.name.split("-")[0] for p in dist.glob("*.whl"))
     assert wheels == ["outlive", "outlive_agents", "outlive_conformance", "outlive_langgraph",
                       "outlive_restate", "outlive_temporal"]
