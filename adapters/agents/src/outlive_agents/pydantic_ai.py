@@ -26,7 +26,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("outlive_agents.pydantic_ai needs pydantic-ai: "
                       "pip install 'outlive-agents[pydantic-ai]'") from exc
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,9 +138,12 @@ class OutliveToolset(WrapperToolset[Any]):
                                     tool=name, args=args, reads=self.reads.get(name), call=run)
 
 
-def outlive_overrides(agent: Agent[Any, Any], *, effects: Iterable[str] = (),
-                      reads: Mapping[str, Iterable[str]] | None = None) -> Any:
-    """``agent.override(...)`` with the journaled model and outlive's toolsets."""
+@contextlib.contextmanager
+def outlive_overrides(agent: Agent[Any, Any], *, worker: Worker | None = None,
+                      effects: Iterable[str] = (),
+                      reads: Mapping[str, Iterable[str]] | None = None) -> Iterator[None]:
+    """``agent.override(...)`` with the journaled model and outlive's toolsets, for ``worker``'s
+    attempt (None: the one :func:`agent_attempt` set)."""
     if agent.model is None:
         raise ConfigError("the agent needs a model set at construction to be journaled")
     names = frozenset(effects)
@@ -147,7 +151,13 @@ def outlive_overrides(agent: Agent[Any, Any], *, effects: Iterable[str] = (),
     toolsets: list[AbstractToolset[Any]] = [
         OutliveToolset(wrapped=t, effects=names, reads=narrowed) for t in agent.toolsets]
     model = agent.model if isinstance(agent.model, JournaledModel) else JournaledModel(agent.model)
-    return agent.override(model=model, toolsets=toolsets, tools=[])
+    token = _WORKER.set(worker) if worker is not None else None
+    try:
+        with agent.override(model=model, toolsets=toolsets, tools=[]):
+            yield
+    finally:
+        if token is not None:
+            _WORKER.reset(token)
 
 
 def agent_attempt(agent: Agent[Any, Any], *, prompt: Callable[[AttemptContext], Any],
@@ -163,13 +173,9 @@ def agent_attempt(agent: Agent[Any, Any], *, prompt: Callable[[AttemptContext], 
     effect_names = tuple(effects)
 
     async def attempt(ctx: AttemptContext) -> None:
-        token = _WORKER.set(ctx.worker)
-        try:
-            with outlive_overrides(agent, effects=effect_names, reads=reads):
-                kw: dict[str, Any] = {} if deps is None else {"deps": deps(ctx)}
-                result = await agent.run(prompt(ctx), **kw)
-        finally:
-            _WORKER.reset(token)
+        with outlive_overrides(agent, worker=ctx.worker, effects=effect_names, reads=reads):
+            kw: dict[str, Any] = {} if deps is None else {"deps": deps(ctx)}
+            result = await agent.run(prompt(ctx), **kw)
         await ctx.submit(answer(result.output))
 
     return attempt
