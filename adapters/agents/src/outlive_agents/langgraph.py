@@ -245,6 +245,9 @@ def agent_attempt(build: Callable[[AttemptContext], Pregel[Any, Any, Any, Any]],
 
     async def attempt(ctx: AttemptContext) -> None:
         graph = build(ctx)
+        if graph.checkpointer is None:
+            raise ConfigError("give the agent a checkpointer (checkpointer=InMemorySaver() will "
+                              "do): LangGraph needs one to pause at interrupt() and resume")
         cfg: dict[str, Any] = dict(config(ctx) if config is not None else {})
         cfg["configurable"] = {"thread_id": agent_thread(ctx), **(cfg.get("configurable") or {})}
         out = await run(graph, input(ctx), worker=ctx.worker, config=cfg)  # type: ignore[arg-type]
