@@ -280,9 +280,10 @@ class Attempt:
         leaves the intent ambiguous and its successor resends the same key."""
         led = self._ledger
         led.check_live(self)
-        digest = content_hash([led.text(a) for a in args])
+        payload = [led.text(a) for a in args]   # kept with the intent: any successor can settle it
         out = led.apply(L.RecordIntent(attempt=self.number, token=self.token, op_key=op_key,
-                                       payload_digest=digest, sent_key=op_key, at=led.now()))
+                                       payload_digest=content_hash(payload), payload=payload,
+                                       sent_key=op_key, at=led.now()))
         if out.kind == "confirmed":
             assert out.record.receipt is not None
             return str(out.record.receipt.effect_id)
