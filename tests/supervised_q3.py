@@ -139,7 +139,8 @@ def announced(st: outlive.WorkState) -> bool:
     if acc is None or acc.version != st.current_version:
         return False
     eff = st.effect(op_key(st.work_id, acc.digest))
-    return eff is not None and all(e.state is outlive.EffectState.CONFIRMED for e in st.effects)
+    # settled: confirmed, or possibly duplicated (a resend after a crash answered "new")
+    return eff is not None and all(outlive.ledger.is_settled(e) for e in st.effects)
 
 
 async def attempt(ctx: AttemptContext) -> None:

@@ -72,7 +72,7 @@ def _story() -> list[Any]:
     go(L.SubmitCandidate(attempt=1, token=att.token, at=7, secret="k", digest=digest,
                          parts=(part,), content=content))
     go(L.RecordIntent(attempt=1, token=att.token, at=8, secret="k", op_key="op",
-                      payload_digest=content_hash({"to": "x"}), sent_key=None, payload={"to": "x"}))
+                      payload_digest=content_hash({"to": "x"}), sent_key="op", payload={"to": "x"}))
     go(L.ConfirmEffect(attempt=1, token=att.token, at=9, secret="k", op_key="op",
                        receipt=Receipt(effect_id="e1", duplicate=False, key="op")))
     go(L.Accept(digest=digest, contract=contract, verdict=True, at=10, reason="ok"))

@@ -50,7 +50,10 @@ async def test_a_successor_resends_the_payload_that_was_intended(backend: outliv
     receipt = await w2.resend("announce:x", send)
     assert got == [{"digest": "abc", "n": 1}] and receipt.effect_id == "P1"
     st = await backend.load("w")
-    assert st is not None and st.effects[0].state is EffectState.CONFIRMED
+    # intended twice, answered "new": the first send may have landed at a receiver that forgot
+    # its key, and the ledger cannot tell, so it says so
+    assert st is not None and st.effects[0].state is EffectState.POSSIBLY_DUPLICATED
+    assert st.effects[0].sends == 2
 
 
 async def test_a_payload_that_is_not_its_digest_is_refused(backend: outlive.Backend) -> None:

@@ -11,6 +11,9 @@ from outlive import ledger as L
 from outlive.hashing import content_hash, input_key
 from outlive.records import AttemptState, Contract, EffectState, Part, Policy, Receipt, WorkState
 
+#: An intent carries its payload; this is its digest.
+P = content_hash("p")
+
 C = Contract(name="form", version="1", assessor="test")
 V1 = {"s1": "one", "s2": "Revenue was 4.1 million."}
 V2 = {"s1": "one", "s2": "Revenue was 4.7 million."}
@@ -74,8 +77,8 @@ def test_a_successor_needs_the_owner_to_be_unknown_or_finished() -> None:
 
 
 def test_silence_makes_open_intents_ambiguous_never_failed() -> None:
-    st = go(opened(), L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest="p",
-                                     sent_key="k", at=2),
+    st = go(opened(), L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest=P,
+                                     payload="p", sent_key="k", at=2),
             L.MarkUnknown(attempt=1, at=5))
     assert st.attempts[0].state is AttemptState.UNKNOWN
     assert st.effects[0].state is EffectState.AMBIGUOUS
@@ -161,15 +164,16 @@ def test_versions_are_immutable() -> None:
 
 
 def test_effect_intent_then_confirmation_and_a_confirmed_key_is_not_resent() -> None:
-    st = go(opened(), L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest="p",
-                                     sent_key="k", at=2))
+    st = go(opened(), L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest=P,
+                                     payload="p", sent_key="k", at=2))
     r = Receipt(effect_id="P1", duplicate=False, key="k")
     st = go(st, L.ConfirmEffect(attempt=1, token=41, op_key="k", receipt=r, at=3))
-    _, out = L.apply(st, L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest="p",
-                                        sent_key="k", at=4), work_id="w")
+    _, out = L.apply(st, L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest=P,
+                                        payload="p", sent_key="k", at=4), work_id="w")
     assert out.kind == "confirmed" and out.record.receipt == r
-    rejects(st, L.RecordIntent(attempt=1, token=41, op_key="k", payload_digest="other",
-                               sent_key="k", at=4), E.EffectConflict)
+    rejects(st, L.RecordIntent(attempt=1, token=41, op_key="k", payload="other",
+                               payload_digest=content_hash("other"), sent_key="k", at=4),
+            E.EffectConflict)
 
 
 def test_confirming_without_an_intent_is_refused() -> None:

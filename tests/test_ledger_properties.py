@@ -84,8 +84,8 @@ def build(state: WorkState, op: tuple[Any, ...]) -> L.Command:
         return L.SubmitCandidate(attempt=att, token=tok, parts=parts, content=content, at=0,
                                  digest=L.candidate_digest("w", ver, parts, content))
     if kind == "intent":
-        return L.RecordIntent(attempt=att, token=tok, op_key=op[3], payload_digest="p",
-                              sent_key=op[3], at=0)
+        return L.RecordIntent(attempt=att, token=tok, op_key=op[3], payload="p",
+                              payload_digest=content_hash("p"), sent_key=op[3], at=0)
     if kind == "confirm":
         return L.ConfirmEffect(attempt=att, token=tok, op_key=op[3], at=0,
                                receipt=Receipt(effect_id="P", duplicate=False, key=op[3]))

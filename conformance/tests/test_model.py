@@ -176,8 +176,10 @@ class LedgerAgainstModel(RuleBasedStateMachine):
     def intend(self, data: st.DataObject, op: str, payload: str) -> None:
         number, tok, secret = self._writer(data)
         self.both(L.RecordIntent(attempt=number, token=tok, secret=secret, op_key=op,
-                                 payload_digest=payload, sent_key=op, at=5),
-                  "intend", attempt=number, token=tok, secret=secret, op=op, payload=payload)
+                                 payload=payload, payload_digest=content_hash(payload),
+                                 sent_key=op, at=5),
+                  "intend", attempt=number, token=tok, secret=secret, op=op,
+                  payload=content_hash(payload))
 
     @rule(data=st.data(), op=st.sampled_from(["op1", "op2"]))
     def confirm(self, data: st.DataObject, op: str) -> None:

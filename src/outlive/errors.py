@@ -35,7 +35,8 @@ caller can write one ``except`` clause whatever engine runs underneath::
         ├── InputConflict            a published version's content cannot change
         ├── NotFound                 unknown work, version, candidate or attempt
         ├── WorkExists               open_work with another policy
-        └── EffectConflict           one operation key, two different payloads
+        ├── EffectConflict           one operation key, two different payloads
+        └── WrongReceipt             a confirmation whose receipt answers another key
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ __all__ = [
     "VersionMismatch",
     "WorkExists",
     "WorkFailed",
+    "WrongReceipt",
     "error_from_dict",
 ]
 
@@ -211,6 +213,11 @@ class EffectConflict(Rejected):
     """One operation key was used with two different payloads (by the ledger or a receiver)."""
 
 
+class WrongReceipt(Rejected):
+    """A confirmation's receipt names another key than the one its intent was sent under: the
+    receiver never answered for this operation, so it is not confirmed."""
+
+
 class EffectAmbiguous(OutliveError):
     """The receiver did not answer: the effect may or may not have happened; resend the key."""
 
@@ -223,7 +230,7 @@ _TYPES: dict[str, type[OutliveError]] = {
         StaleOwner, UnknownToken, AttemptEnded, AttemptClaimed, AttemptSilent, VersionMismatch,
         ContractFailed,
         AttemptActive, InputConflict, NotFound, WorkExists, EffectAmbiguous, EffectConflict,
-        AttemptStopped, GaveUp, WorkFailed,
+        AttemptStopped, GaveUp, WorkFailed, WrongReceipt,
     )
 }
 

@@ -1,17 +1,28 @@
 """Canonical content hashing, stable across processes, machines and Python versions.
 
 Why not ``hash()`` or pickle: both vary between interpreters and runs. The canonical form is JSON
-with sorted keys, no insignificant whitespace, UTF-8, and integers/strings/bools/None/lists/dicts
-only (floats are refused: their text form is a portability trap), hashed with SHA-256.
+with sorted keys, no insignificant whitespace, UTF-8, hashed with SHA-256. Any JSON value is a
+record value: None, booleans, 64-bit integers, strings, lists and dicts, and finite floats, which
+are written in the number form of RFC 8785 (JSON Canonicalization Scheme), by the ``rfc8785``
+package: the shortest text that reads back as the same double, so ``1.0`` and ``1`` are one
+number and one hash. NaN and Infinity are not JSON numbers: refused, typed.
+
+Values without a float are written by CPython's C JSON encoder (the usual case, kept fast);
+their bytes are those of RFC 8785 except that keys are sorted by code point, not by UTF-16 unit
+(the two orders differ only between characters above U+FFFF and those in U+E000..U+FFFF).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
+
+import rfc8785
 
 from .errors import InvalidRecord
 
@@ -53,8 +64,9 @@ _INT_LIMIT = 2 ** 63
 def check_json(value: Any, path: str = "$") -> None:
     """Raise :class:`InvalidRecord` unless ``value`` is a canonical JSON value.
 
-    None, booleans, integers of at most 64 bits, valid Unicode strings, lists/tuples and dicts
-    with string keys, nested at most :data:`MAX_DEPTH` deep: what every backend stores alike.
+    None, booleans, integers of at most 64 bits, finite floats, valid Unicode strings,
+    lists/tuples and dicts with string keys, nested at most :data:`MAX_DEPTH` deep: what every
+    backend stores alike.
     """
     if not _json_ok(value, 0):
         _check(value, path, 0)   # finds the first bad item and names it
@@ -62,7 +74,10 @@ def check_json(value: Any, path: str = "$") -> None:
 
 def _json_ok(value: Any, depth: int) -> bool:
     """True only for a value :func:`_check` accepts, without building a path per item (a value
-    it answers no for is walked again by ``_check``, which decides and names the bad item)."""
+    it answers no for is walked again by ``_check``, which decides and names the bad item).
+
+    A float answers no here: a value with a float is checked by ``_check`` and written by
+    :func:`_float_text`, so a yes also says the C encoder's text is the canonical one."""
     t = type(value)
     if t is str:
         return value.isascii() or _utf8(value)
@@ -161,7 +176,10 @@ def _check(value: Any, path: str, depth: int) -> None:
         _text(value, path)
         return
     if isinstance(value, float):
-        raise InvalidRecord(f"{path}: floats are not canonical; send a string or an integer", path=path)
+        if not math.isfinite(value):
+            raise InvalidRecord(f"{path}: {value!r} is not a JSON number (NaN and Infinity have "
+                                "no canonical form); send null or a string", path=path)
+        return
     if depth >= MAX_DEPTH:
         raise InvalidRecord(f"{path[:80]}: nested more than {MAX_DEPTH} deep", path=path[:80])
     if isinstance(value, (list, tuple)):
@@ -176,7 +194,24 @@ def _check(value: Any, path: str, depth: int) -> None:
             _text(k, path)
             _check(item, f"{path}.{k}", depth + 1)
         return
-    raise InvalidRecord(f"{path}: {type(value).__name__} is not a canonical JSON value", path=path)
+    raise InvalidRecord(f"{path}: {type(value).__name__} is not a canonical JSON value"
+                        f"{_fix_for(value)}", path=path)
+
+
+def _fix_for(value: Any) -> str:
+    """The one-line fix for a value that is not JSON but has a declared conversion to it.
+
+    A dataclass or a pydantic model is refused rather than converted silently: a step restored
+    from the journal gives back what was stored (a dict), so a conversion must be the caller's,
+    visible where the value is made.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return "; convert it first: dataclasses.asdict(value)"
+    if callable(getattr(value, "model_dump", None)) and hasattr(type(value), "model_fields"):
+        return "; convert it first: value.model_dump(mode='json')"
+    if isinstance(value, (set, frozenset)):
+        return "; convert it first: sorted(value)"
+    return ""
 
 
 #: Built once: ``json.dumps`` with non-default options builds a new encoder on every call.
@@ -198,16 +233,49 @@ def _text_of(value: Any) -> str:
     return "".join(_ENCODER(value, 0))
 
 
+def _float_text(value: Any) -> str:
+    """The canonical text of a checked value that may hold floats: what ``_text_of`` writes,
+    each float in RFC 8785's number form (``rfc8785.dumps`` of the float alone)."""
+    t = type(value)
+    if t is str:
+        return _STRING(value)
+    if value is None:
+        return "null"
+    if t is bool:
+        return "true" if value else "false"
+    if t is float:
+        return rfc8785.dumps(value).decode("ascii")
+    if t is int:
+        return int.__repr__(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_STRING(k)}:{_float_text(value[k])}" for k in sorted(value)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join([_float_text(v) for v in value]) + "]"
+    # subclasses (an IntEnum, a StrEnum), written as the C encoder writes them
+    if isinstance(value, str):
+        return _STRING(value)
+    if isinstance(value, float):
+        return rfc8785.dumps(float(value)).decode("ascii")
+    return int.__repr__(value)
+
+
 def canonical(value: Any) -> bytes:
-    """The canonical byte form of a JSON-like value (raises InvalidRecord for anything else)."""
-    check_json(value)
-    return _text_of(value).encode("utf-8")
+    """The canonical byte form of a JSON value (raises InvalidRecord for anything else)."""
+    if _json_ok(value, 0):
+        return _text_of(value).encode("utf-8")
+    _check(value, "$", 0)
+    return _float_text(value).encode("utf-8")
+
+
+def _canonical_text(value: Any) -> str:
+    """The canonical text of a value already checked: the C encoder's unless it holds a float."""
+    return _text_of(value) if _json_ok(value, 0) else _float_text(value)
 
 
 def _canonical_size(value: Any) -> int:
     """``len(canonical(value))`` for a value already checked (:func:`check_json`, or a command's
     field checks): the ledger sizes what it has just checked, so it does not check again."""
-    text = _text_of(value)
+    text = _canonical_text(value)
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 

@@ -82,6 +82,7 @@ __all__ = [
     "is_leased",
     "is_live",
     "is_settled",
+    "possibly_duplicated",
     "key_hash",
     "reads",
     "result_id",
@@ -357,28 +358,33 @@ class Checked:
     a caller who hands a store a ``Checked`` gets ``InvalidRecord`` (it is not a command).
     """
 
-    __slots__ = ("command",)
+    __slots__ = ("command", "plain")
 
-    def __init__(self, command: Command) -> None:
+    def __init__(self, command: Command, plain: bool = False) -> None:
         self.command = command
+        #: Its values hold no float (the compiled check-and-copy vouched for it): the quick paths
+        #: may size a value by the C encoder's text.
+        self.plain = plain
 
 
 def checked(cmd: Any) -> Checked:
     """``cmd`` checked (:func:`check_command`) and copied: for a store that asks :func:`reads`
     and then :func:`apply` about the same command, so it is checked and copied once."""
-    return Checked(_copy_in(cmd))
+    command, plain = _copy_in(cmd)
+    return Checked(command, plain)
 
 
-def _copy_in(cmd: Any) -> Command:
+def _copy_in(cmd: Any) -> tuple[Command, bool]:
     """``cmd`` checked (:func:`check_command`) and copied (``clone``): in one walk when the
     compiled check-and-copy vouches for it, else by the check (which names a bad field) and
-    ``clone``."""
+    ``clone``. The flag: the compiled walk vouched (no value in it holds a float)."""
     copy = checked_copy(cmd) if isinstance(cmd, COMMANDS) else None
+    plain = copy is not None
     if copy is None:
         check_command(cmd)
         copy = clone(cmd)
     result: Command = copy
-    return result
+    return result, plain
 
 
 def reads(state: WorkState | None, cmd: Command | Checked) -> frozenset[str]:
@@ -439,6 +445,18 @@ def is_settled(effect: Effect | None) -> bool:
     """Whether the receiver answered for ``effect`` (confirmed, or possibly duplicated): never
     sent again. An intended or ambiguous effect is open: resend it with the same key."""
     return effect is not None and effect.state in _SETTLED
+
+
+def possibly_duplicated(effect: Effect, receipt: Receipt) -> bool:
+    """Whether confirming ``effect`` with ``receipt`` must say the effect may have happened twice.
+
+    The receiver says so itself (it had forgotten the key: ``receipt.possibly_duplicated``), or
+    the ledger sees it: the operation was intended (so perhaps sent) more than once and the
+    receiver's last answer was "new". A receiver that keeps keys answers "already seen" to a
+    true resend; "new" after an earlier send means either that send never arrived or the key
+    was forgotten, and the ledger cannot tell which.
+    """
+    return receipt.possibly_duplicated or (effect.sends > 1 and not receipt.duplicate)
 
 
 def is_live(attempt: Attempt | None) -> bool:
@@ -708,12 +726,18 @@ def apply(state: WorkState | None, cmd: Command | Checked, *, work_id: str | Non
     no object the caller holds can reach the state, and no object returned can change it. A
     :class:`Checked` command was checked and copied already.
     """
-    command = cmd.command if type(cmd) is Checked else _copy_in(cmd)
+    if type(cmd) is Checked:
+        command, plain = cmd.command, cmd.plain
+    else:
+        command, plain = _copy_in(cmd)
     if work_id is not None:
         check_work_id(work_id)
-    if now is not None and (type(now) is not int):
-        raise E.InvalidRecord("the store's clock must be an integer", field="now")
-    if state is not None:
+    if now is not None:
+        if type(now) is not int:
+            raise E.InvalidRecord("the store's clock must be an integer", field="now")
+        if not isinstance(command, OpenWork) and command.at > now:
+            command = _at_most(command, now)
+    if state is not None and plain:
         if type(command) is RecordSteps:
             done = _record_usual(state, command, now)
             if done is not None:
@@ -724,6 +748,19 @@ def apply(state: WorkState | None, cmd: Command | Checked, *, work_id: str | Non
                 return done
     new, outcome = _apply(state, command, work_id, now)
     return new, clone(outcome)
+
+
+def _at_most(command: Command, now: int) -> Command:
+    """``command`` dated at the store's clock: no time a caller supplies (an admission, a sign
+    of life, a candidate, an effect) is recorded as later than the store's clock, so a caller
+    whose clock runs ahead can neither stretch a lease nor date a record in the future. Clamped,
+    not refused: a controller or worker with a fast clock still works, on the store's time."""
+    fields = command.__dict__.copy()     # the command is the ledger's own copy; this one too
+    fields["at"] = now
+    out = _NEW(type(command))
+    _SET(out, "__dict__", fields)
+    result: Command = out
+    return result
 
 
 def _apply(state: WorkState | None, cmd: Command, work_id: str | None,
@@ -763,6 +800,14 @@ def _publish(state: WorkState, cmd: PublishInput, now: int | None) -> tuple[Work
         if old.parts != cmd.parts:
             raise E.InputConflict(f"version {cmd.version} was published with other content",
                                   version=cmd.version)
+        if old.version != state.current_version:
+            # Not a retry of the latest publish: an older version cannot become current again
+            # (it would silently answer "exists" while the current version stays another).
+            raise E.InputConflict(
+                f"version {cmd.version} is older than the current version "
+                f"{state.current_version}: an older version is never current again; publish "
+                "its content under a new version name", version=cmd.version,
+                current=state.current_version)
         return state, Outcome(kind="exists", record=old, seq=state.seq)
     seq = state.seq + 1
     v = InputVersion(version=cmd.version, parts=dict(cmd.parts), seq=seq, at=cmd.at)
@@ -1192,11 +1237,17 @@ def _intent(state: WorkState, cmd: RecordIntent, now: int | None) -> tuple[WorkS
     att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     if not cmd.op_key:
         raise E.InvalidRecord("an effect needs an operation key", field="op_key")
-    if cmd.payload is not None:
-        _size(cmd.payload, "payload of {!r}", cmd.op_key)
-        if content_hash(cmd.payload) != cmd.payload_digest:
-            raise E.InvalidRecord(f"the payload of {cmd.op_key!r} does not hash to its digest",
-                                  field="payload", op_key=cmd.op_key)
+    _size(cmd.payload, "payload of {!r}", cmd.op_key)
+    if content_hash(cmd.payload) != cmd.payload_digest:
+        # The intent carries what it intends: whoever settles it later (a successor, another
+        # process) resends exactly that, so an intent without its payload could never be settled.
+        if cmd.payload is None:
+            raise E.InvalidRecord(
+                f"the intent for {cmd.op_key!r} carries no payload: pass payload= (the value "
+                "whose content_hash is payload_digest), so that any successor can resend it",
+                field="payload", op_key=cmd.op_key)
+        raise E.InvalidRecord(f"the payload of {cmd.op_key!r} does not hash to its digest",
+                              field="payload", op_key=cmd.op_key)
     old = state.effect(cmd.op_key)
     if old is not None:
         if old.payload_digest != cmd.payload_digest:
@@ -1233,10 +1284,17 @@ def _confirm(state: WorkState, cmd: ConfirmEffect, now: int | None) -> tuple[Wor
     if not isinstance(cmd.receipt, Receipt):
         raise E.InvalidRecord(f"confirming {cmd.op_key!r} needs the receiver's Receipt",
                               field="receipt", op_key=cmd.op_key)
+    if cmd.receipt.key != old.sent_key:
+        # The receipt is the receiver's answer for the key it was sent: an answer for another
+        # key confirms an operation the receiver never saw.
+        raise E.WrongReceipt(
+            f"the receipt names key {cmd.receipt.key!r}, but the intent for {cmd.op_key!r} was "
+            f"sent as {old.sent_key!r}: a receipt confirms only the key it answers",
+            field="receipt", op_key=cmd.op_key, key=cmd.receipt.key, sent_key=old.sent_key)
     if old.state in _SETTLED:
         return state, Outcome(kind="confirmed", record=old, seq=state.seq)
-    settled = EffectState.POSSIBLY_DUPLICATED if cmd.receipt.possibly_duplicated \
-        else EffectState.CONFIRMED
+    settled = (EffectState.POSSIBLY_DUPLICATED if possibly_duplicated(old, cmd.receipt)
+               else EffectState.CONFIRMED)
     upd = evolve(old, state=settled, receipt=cmd.receipt, confirmed_at=cmd.at,
                   attempt=att.number)
     seq = state.seq + 1

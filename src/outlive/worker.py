@@ -392,9 +392,21 @@ class Worker:
 
     @contextlib.asynccontextmanager
     async def waiting(self, reason: str) -> AsyncIterator[None]:
-        """``async with worker.waiting("approval"):`` — waiting inside, running after."""
+        """``async with worker.waiting("approval"):`` — waiting inside, running after.
+
+        Left by an exception, the attempt is ``running`` again too (the exception goes on): an
+        attempt whose code stopped waiting is not waiting, and whoever handles the exception
+        (a retry, a recorded failure, silence) sees a running attempt. If the resume itself is
+        refused (the attempt was replaced or ended meanwhile), the block's own exception is the
+        one raised.
+        """
         await self.wait(reason)
-        yield
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(OutliveError):
+                await self.resume()
+            raise
         await self.resume()
 
     def can_restore(self, name: str, /, **inputs: Any) -> bool:
@@ -482,8 +494,13 @@ class Worker:
         """
         eff = self._st().effect(op_key)
         if eff is None:
+            # recorded since this worker read the journal (by this attempt: an intent left
+            # open by EffectAmbiguous): the ledger has it
+            fresh = await self.backend.load(self.work_id)
+            eff = fresh.effect(op_key) if fresh is not None else None
+        if eff is None:
             raise NotFound(f"no intent for {op_key!r}", op_key=op_key)
-        if eff.payload is None:
+        if content_hash(eff.payload) != eff.payload_digest:
             raise InvalidRecord(f"the intent for {op_key!r} kept no payload; resend it with "
                                 "effect()", op_key=op_key)
         return await self.effect(op_key, eff.payload, send, send_key=send_key)

@@ -1,0 +1,249 @@
+"""The records bind what they claim, for effects, values and times (issue 40, items 6-8).
+
+Each scene runs on memory://, sqlite:// and postgresql:// (this project's throwaway cluster):
+a receipt confirms only the key it answers; an intent carries its payload; a resend after an
+ambiguous send works in the same attempt; a resend answered "new" is flagged possibly
+duplicated by the ledger itself; floats are values (RFC 8785), NaN is not; a dataclass is
+refused with its fix; an older version cannot be published again; no time a caller supplies is
+later than the store's clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+import outlive
+from outlive import Controller, MemoryReceiver, Worker
+from outlive import errors as E
+from outlive import ledger as L
+from outlive._pgserver import PostgresServer
+from outlive.hashing import canonical, content_hash
+from outlive.records import EffectState, Receipt
+
+V1 = {"s1": "Intro.", "s2": "Revenue was 4.1 million."}
+V2 = {"s1": "Intro.", "s2": "Revenue was 4.7 million."}
+HOUR = 3_600_000
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[outlive.Backend]:
+    if request.param == "memory":
+        url = "memory://"
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'o.db'}"
+    else:
+        server: PostgresServer = request.getfixturevalue("pg")
+        url = server.create_database(f"v_{uuid.uuid4().hex[:8]}")
+    b = await outlive.open_backend(url)
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def started(b: outlive.Backend, work: str = "w") -> tuple[Controller, Worker]:
+    ctl = Controller(b)
+    await ctl.open_work(work)
+    await ctl.publish(work, "v1", V1)
+    w = Worker(b, await ctl.admit(work), V1)
+    await w.start()
+    return ctl, w
+
+
+def _never(key: str | None, payload: Any) -> Receipt:
+    raise ConnectionResetError("the connection dropped before any answer")
+
+
+# -- effects -----------------------------------------------------------------------------------
+async def test_a_receipt_for_another_key_confirms_nothing(store: outlive.Backend) -> None:
+    _ctl, w = await started(store)
+    with pytest.raises(E.EffectAmbiguous):
+        await w.effect("announce:w:abc", {"d": "abc"}, _never)
+    before = await store.load("w")
+    other = Receipt(effect_id="P9", duplicate=False, key="announce:w:OTHER")
+    with pytest.raises(E.WrongReceipt):
+        await store.execute("w", L.ConfirmEffect(attempt=1, token=w.token, secret=w.attempt.secret,
+                                                 op_key="announce:w:abc", receipt=other, at=1))
+    after = await store.load("w")
+    assert after == before and after is not None
+    assert after.effects[0].state is EffectState.INTENDED
+
+
+async def test_an_intent_without_its_payload_is_refused(store: outlive.Backend) -> None:
+    _ctl, w = await started(store)
+    before = await store.load("w")
+    with pytest.raises(E.InvalidRecord, match="carries no payload"):
+        await store.execute("w", L.RecordIntent(
+            attempt=1, token=w.token, secret=w.attempt.secret, op_key="announce:w:abc",
+            payload_digest=content_hash({"d": "abc"}), sent_key="announce:w:abc", at=1))
+    assert await store.load("w") == before
+
+
+async def test_a_resend_in_the_same_attempt_after_ambiguity_settles_the_intent(
+        store: outlive.Backend) -> None:
+    _ctl, w = await started(store)
+    with pytest.raises(E.EffectAmbiguous):
+        await w.effect("announce:w:abc", {"d": "abc"}, _never)
+    feed = MemoryReceiver()
+    receipt = await w.resend("announce:w:abc",
+                             lambda key, payload: feed.receive(key, payload, lambda p: "P1"))
+    assert receipt.effect_id == "P1" and feed.applied == [("P1", "announce:w:abc", {"d": "abc"})]
+    st = await store.load("w")
+    assert st is not None and L.is_settled(st.effects[0])
+
+
+async def test_a_forgetful_receiver_answering_new_to_a_resend_is_flagged_by_the_ledger(
+        store: outlive.Backend) -> None:
+    ctl, w1 = await started(store)
+    first = MemoryReceiver()
+
+    def applied_then_died(key: str | None, payload: Any) -> Receipt:
+        first.receive(key, payload, lambda p: "P1")
+        raise ConnectionResetError("the poster died after the receiver applied it")
+
+    with pytest.raises(E.EffectAmbiguous):
+        await w1.effect("announce:w:abc", {"d": "abc"}, applied_then_died)
+    await store.execute("w", L.MarkUnknown(attempt=1, at=_ms()))
+    w2 = Worker(store, await ctl.admit("w"), V1)
+    await w2.start()
+    forgetful = MemoryReceiver()        # the receiver restarted and lost its keys
+    receipt = await w2.resend("announce:w:abc",
+                              lambda key, payload: forgetful.receive(key, payload, lambda p: "P2"))
+    assert not receipt.duplicate and not receipt.possibly_duplicated   # it says "new"
+    st = await store.load("w")
+    assert st is not None
+    (eff,) = st.effects
+    assert eff.sends == 2 and eff.state is EffectState.POSSIBLY_DUPLICATED
+
+
+# -- values ------------------------------------------------------------------------------------
+def test_floats_are_canonical_by_rfc_8785() -> None:
+    assert canonical({"p": 0.1, "n": 1.0, "e": 1e21, "s": 1e-7, "z": -0.0}) == \
+        b'{"e":1e+21,"n":1,"p":0.1,"s":1e-7,"z":0}'
+    assert content_hash(1.0) == content_hash(1)
+    assert content_hash({"score": 0.93}) == hashlib.sha256(b'{"score":0.93}').hexdigest()
+    # values without a float keep the digests they always had
+    assert content_hash({"b": [1, "x", None, True], "a": "ü"}) == hashlib.sha256(
+        '{"a":"ü","b":[1,"x",null,true]}'.encode()).hexdigest()
+
+
+async def test_a_score_a_price_and_a_probability_are_record_values(store: outlive.Backend) -> None:
+    ctl, w = await started(store)
+    scored = {"score": 0.93, "price": 12.5, "p": [0.25, 1e-9], "n": 3}
+    got = await w.step("s2", lambda s2: scored, s2=V1["s2"])
+    cand = await w.candidate({"summary": "4.1", "confidence": 0.8}, ["s2"])
+    acc = await ctl.assess("w", cand.digest, outlive.Contract(name="c", version="1", assessor="t"),
+                           lambda c, v: (True, "ok"))
+    receipt = await w.effect("announce:w", {"confidence": 0.8},
+                             lambda key, payload: MemoryReceiver().receive(key, payload,
+                                                                           lambda p: "P1"))
+    assert got == scored and acc.digest == cand.digest and receipt.effect_id == "P1"
+    st = await store.load("w")
+    assert st is not None
+    assert st.journal[0].result == scored
+    assert st.candidates[0].content == {"summary": "4.1", "confidence": 0.8}
+    assert st.effects[0].payload == {"confidence": 0.8}
+    # a successor restores the float result by its input key
+    await w.finish()
+    w2 = Worker(store, await ctl.admit("w"), V1)
+    await w2.start()
+    assert await w2.step("s2", lambda s2: pytest.fail("recomputed"), s2=V1["s2"]) == scored
+    assert w2.steps["s2"].restored
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"),
+                                 {"p": [0.5, float("nan")]}])
+async def test_nan_and_infinity_are_refused_typed(store: outlive.Backend, bad: Any) -> None:
+    _ctl, w = await started(store)
+    before = await store.load("w")
+    with pytest.raises(E.InvalidRecord, match="not a JSON number"):
+        await w.step("s2", lambda s2: bad, s2=V1["s2"])
+    with pytest.raises(E.InvalidRecord, match="not a JSON number"):
+        await w.effect("op", bad, lambda k, p: pytest.fail("sent"))
+    assert await store.load("w") == before
+
+
+@dataclasses.dataclass
+class Summary:
+    text: str
+    score: float
+
+
+class Scored(pydantic.BaseModel):
+    text: str
+    score: float
+
+
+@pytest.mark.parametrize(("value", "fix"), [
+    (Summary(text="4.1", score=0.9), "dataclasses.asdict(value)"),
+    (Scored(text="4.1", score=0.9), "value.model_dump(mode='json')"),
+])
+async def test_a_dataclass_or_a_model_is_refused_with_its_one_line_fix(
+        store: outlive.Backend, value: Any, fix: str) -> None:
+    _ctl, w = await started(store)
+    before = await store.load("w")
+    with pytest.raises(E.InvalidRecord) as info:
+        await w.step("s2", lambda s2: value, s2=V1["s2"])
+    assert fix in info.value.message and "\n" not in info.value.message
+    assert await store.load("w") == before
+    # the fix works
+    fixed = dataclasses.asdict(value) if isinstance(value, Summary) \
+        else value.model_dump(mode="json")
+    assert await w.step("s2", lambda s2: fixed, s2=V1["s2"]) == {"text": "4.1", "score": 0.9}
+
+
+async def test_republishing_an_older_version_is_typed(store: outlive.Backend) -> None:
+    ctl, _w = await started(store)
+    await ctl.publish("w", "v2", V2)
+    before = await store.load("w")
+    with pytest.raises(E.InputConflict, match="older than the current version v2"):
+        await ctl.publish("w", "v1", V1)
+    assert await store.load("w") == before
+    again = await ctl.publish("w", "v2", V2)      # a retry of the latest publish: the same answer
+    assert again.version == "v2"
+
+
+# -- clocks ------------------------------------------------------------------------------------
+async def test_an_admit_dated_an_hour_ahead_is_dated_by_the_store(store: outlive.Backend) -> None:
+    ctl = Controller(store, clock=lambda: _ms() + HOUR)     # a controller whose clock runs ahead
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    att = await ctl.admit("w")
+    now = _ms()
+    assert att.admitted_at <= now and att.last_heartbeat <= now
+    st = await store.load("w")
+    assert st is not None and st.inputs[0].at <= now
+    # the worker's own times too: its beats, its candidate, its intent
+    w = Worker(store, att, V1, clock=lambda: _ms() + HOUR)
+    await w.start()
+    await w.step("s2", lambda s2: "r", s2=V1["s2"])
+    cand = await w.candidate({"c": 1})
+    with pytest.raises(E.EffectAmbiguous):
+        await w.effect("op", {"m": 1}, _never)
+    st = await store.load("w")
+    now = _ms()
+    assert st is not None
+    assert st.attempts[0].last_heartbeat <= now and cand.at <= now
+    assert st.effects[0].intended_at <= now
