@@ -37,6 +37,8 @@ def _model(worker: Worker, log: str) -> Any:
         (name, text), = kw.items()
         with open(log, "a") as f:
             f.write(f"{worker.attempt.number}:{name}\n")
+        with open(f"{log}.pids", "a") as f:    # which deployment process ran it
+            f.write(f"{worker.attempt.number}:{name}:{os.getpid()}\n")
         held = f"{log}.hold-{worker.attempt.number}-{name}"
         while os.path.exists(held):
             await asyncio.sleep(0.05)

@@ -46,7 +46,7 @@ from outlive.supervisor import Assignment, Dispatcher
 
 from . import _errors
 from ._engine import attempt_headers
-from ._ledger import EXECUTE, LEDGER, LOAD
+from ._ledger import EXECUTE, LEDGER, LOAD, STALLED
 
 if TYPE_CHECKING:
     from ._backend import RestateBackend
@@ -59,7 +59,8 @@ LEASE = "outlive_lease"
 _B = BytesSerde()
 
 lease_object = restate.VirtualObject(
-    LEASE, description="outlive: keeps each work's attempt alive or replaces it (Restate timers)")
+    LEASE, description="outlive: keeps each work's attempt alive or replaces it (Restate timers)",
+    inactivity_timeout=STALLED, abort_timeout=STALLED)
 
 
 def dispatch_key(work_id: str, number: int) -> str:

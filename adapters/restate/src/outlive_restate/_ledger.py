@@ -36,8 +36,8 @@ from outlive.records import JournalEntry, WorkState
 from . import _errors
 from ._futures import awaited
 
-__all__ = ["ANSWER", "EXECUTE", "EXECUTE_LAZY", "LEDGER", "LOAD", "apply_command", "keep_ledger",
-           "ledger_object", "sent"]
+__all__ = ["ANSWER", "EXECUTE", "EXECUTE_LAZY", "LEDGER", "LOAD", "STALLED", "apply_command",
+           "keep_ledger", "ledger_object", "sent"]
 
 #: Name of outlive's own ledger Virtual Object.
 LEDGER = "outlive_ledger"
@@ -57,6 +57,14 @@ LOAD = "outlive_load"
 ANSWER = "x-outlive-answer"
 
 _B = BytesSerde()
+
+#: Restate's inactivity and abort timeouts for outlive's own objects (the ledger, the lease): an
+#: invocation whose deployment process sends nothing for this long is asked to suspend, and if it
+#: does not answer for as long again (a paused or wedged replica), Restate aborts it and retries
+#: it, through the balancer, on a replica that answers. Their handlers are short (no step body
+#: runs in them), so a second is long; Restate's defaults (1 min, then 10 min) would hold a
+#: lease check, or the work's ledger key, that long behind a paused replica.
+STALLED = timedelta(seconds=1)
 
 
 # Storage layout in the object's K/V state (one Virtual Object per work):
@@ -673,6 +681,7 @@ def keep_ledger(obj: restate.VirtualObject) -> restate.VirtualObject:
 ledger_object = keep_ledger(restate.VirtualObject(
     LEDGER,
     description="outlive: one work's ledger (fenced state machine) per key",
+    inactivity_timeout=STALLED, abort_timeout=STALLED,
     # A handler error that is not terminal is a bug or an outage: retry, but never forever.
     invocation_retry_policy=InvocationRetryPolicy(
         initial_interval=timedelta(milliseconds=50), max_interval=timedelta(seconds=2),

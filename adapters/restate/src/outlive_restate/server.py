@@ -75,7 +75,7 @@ class RestateServer(Launcher):
                  binary: str | os.PathLike[str] | None = None,
                  protocol: str | None = None, ready_timeout: float = 60.0,
                  app: str | None = None, pythonpath: tuple[str, ...] = (),
-                 ledger: str | None = None) -> None:
+                 ledger: str | None = None, replicas: int = 1) -> None:
         self.binary = Path(binary) if binary is not None else default_binary()
         super().__init__(base_dir, ready_timeout=ready_timeout)
         self.protocol = protocol
@@ -89,8 +89,16 @@ class RestateServer(Launcher):
         self.admin_port = free_port()
         self.fabric_port = free_port()
         self.deployment_port = free_port()
+        if replicas < 1:
+            raise LaunchError("a deployment has at least one replica")
+        #: With more than one replica, each serves the app on a port of its own behind a
+        #: balancer on :attr:`deployment_port` (the registered address), per HTTP/2 stream.
+        self.replica_ports = [free_port() for _ in range(replicas)] if replicas > 1 else []
         self.server: subprocess.Popen[bytes] | None = None
         self.deployment: subprocess.Popen[bytes] | None = None
+        #: Every replica's process (the one :attr:`deployment` when there is one replica).
+        self.replicas: list[subprocess.Popen[bytes]] = []
+        self.balancer: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -144,8 +152,25 @@ class RestateServer(Launcher):
                    "the admin API", self.server)
 
     def start_deployment(self) -> None:
+        """Serve the app: one process on the registered address, or each replica on its own
+        port behind the balancer (:mod:`outlive_restate._balancer`) on that address."""
+        if not self.replica_ports:
+            self.deployment = self._serve(self.deployment_port, "deployment.log")
+            self.replicas = [self.deployment]
+            return
+        self.replicas = [self._serve(port, f"replica-{i}.log")
+                         for i, port in enumerate(self.replica_ports)]
+        self.deployment = self.replicas[0]
+        self.balancer = self.spawn(
+            [sys.executable, "-m", "outlive_restate._balancer", "--listen",
+             f"127.0.0.1:{self.deployment_port}",
+             *(f"--backend=127.0.0.1:{port}" for port in self.replica_ports)],
+            log_name="balancer.log")
+        self._wait(lambda: port_open(self.deployment_port), "the balancer", self.balancer)
+
+    def _serve(self, port: int, log_name: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "outlive_restate._deployment",
-               "--bind", f"127.0.0.1:{self.deployment_port}"]
+               "--bind", f"127.0.0.1:{port}"]
         if self.protocol:
             cmd += ["--protocol", self.protocol]
         if self.app:
@@ -154,8 +179,9 @@ class RestateServer(Launcher):
         if self.pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(
                 [*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
-        self.deployment = self.spawn(cmd, log_name="deployment.log", env=env)
-        self._wait(lambda: port_open(self.deployment_port), "the deployment", self.deployment)
+        proc = self.spawn(cmd, log_name=log_name, env=env)
+        self._wait(lambda: port_open(port), "the deployment", proc)
+        return proc
 
     def register(self) -> None:
         """Register the deployment once, as a user registers any app (never ``force``)."""
@@ -192,7 +218,11 @@ class RestateServer(Launcher):
     def stop_deployment(self, *, hard: bool = True) -> None:
         """SIGKILL by default: the process holds no state, and once the SDK's native extension
         has served a call it no longer reacts to SIGTERM in time (observed: >10 s)."""
-        self._kill(self.deployment, hard=hard)
+        for proc in self.replicas or ([self.deployment] if self.deployment else []):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)   # a paused replica cannot die of SIGTERM
+            self._kill(proc, hard=hard)
+        self._kill(self.balancer)
 
     def restart_server(self, *, hard: bool = True) -> None:
         """Kill the server (SIGKILL by default) and start it again on the same dir and ports."""
@@ -208,7 +238,7 @@ class RestateServer(Launcher):
     def stop(self) -> None:
         """Stop both processes by their own PIDs (``cleanup`` also removes a temp base dir)."""
         self._kill(self.server)
-        self._kill(self.deployment, hard=True)
+        self.stop_deployment()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
