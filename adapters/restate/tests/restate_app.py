@@ -20,6 +20,7 @@ from restate.serde import BytesSerde
 
 import outlive_restate
 from outlive import External, Worker
+from outlive.records import Candidate, InputVersion
 from outlive_restate import _futures, _ledger
 
 _EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "restate_owner")
@@ -58,6 +59,13 @@ async def _work(w: Worker, arg: dict[str, Any]) -> dict[str, Any]:
     cand = await w.candidate({"sections": sums})
     return {"digest": cand.digest, "attempt": w.attempt.number,
             "restored": [s.step for s in w.steps.values() if s.restored]}
+
+
+def assess(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
+    """The tests' assessor (run by the lease, inside Restate): every section summarised."""
+    sums = cand.content["sections"]
+    ok = version is not None and sorted(sums) == sorted(version.parts) and all(sums.values())
+    return ok, "every section summarised" if ok else "a section is missing"
 
 
 @reports.handler()

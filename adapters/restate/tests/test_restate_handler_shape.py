@@ -18,6 +18,7 @@ from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ from outlive import Contract, Controller
 from outlive import ledger as L
 from outlive._launch import free_port, port_open, stop_process, wait_until
 from outlive.errors import InvalidRecord, StaleOwner
-from outlive.records import AttemptState, WorkState
+from outlive.records import AttemptState, EffectState, WorkState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
 from outlive_restate import RestateBackend, RestateDispatcher, _errors, _ledger
 from outlive_restate._errors import from_message
@@ -130,6 +131,47 @@ async def test_work_completes_with_every_client_killed_and_a_paused_worker_repla
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2)]
     assert st.stale_writes_applied == 0
     assert len(st.candidates) == 1 and st.candidates[0].attempt == 2
+
+
+async def test_restate_judges_and_announces_with_every_client_killed(
+        server: RestateServer, backend: RestateBackend, tmp_path: Path) -> None:
+    """No controller after the start: the client hands the work over with a contract, an
+    assessor and a receiver, and is SIGKILLed. Restate replaces the silent #1; #2 finishes and
+    tells the lease, which judges its candidate (the assessor's verdict journaled), writes the
+    acceptance, admits #3 to announce it and calls the feed with the operation key as
+    Restate's idempotency key: one post, the effect confirmed, the lease says done."""
+    work = f"judged/{uuid.uuid4().hex[:8]}"
+    log, hold = held(tmp_path)
+    client = subprocess.Popen(
+        [sys.executable, str(HERE / "restate_client.py"), server.url, work, str(log), "1500",
+         "--judge"], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)})
+    assert client.stdout is not None
+    line = await asyncio.get_running_loop().run_in_executor(None, client.stdout.readline)
+    client.send_signal(signal.SIGKILL)   # every client is gone from here on
+    client.wait(10)
+    assert line.strip() == b"started #1"
+    try:
+        async def done() -> Any:
+            return (await backend.lease(work))["done"]
+
+        got = await until("Restate to judge and announce", done, timeout=90)
+    finally:
+        hold.unlink()
+    st = await backend.load(work)
+    assert st is not None
+    assert [(a.number, a.state) for a in st.attempts] == [
+        (1, AttemptState.UNKNOWN), (2, AttemptState.FINISHED), (3, AttemptState.FINISHED)]
+    (acc,) = st.acceptances
+    assert (acc.attempt, acc.version, acc.contract) == (2, "v1", FORM)
+    assert acc.note == "every section summarised"          # the app's assessor said so
+    (eff,) = st.effects
+    assert eff.op_key == f"announce:{work}:{acc.digest}" and eff.attempt == 3
+    assert eff.state is EffectState.CONFIRMED
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{server.ingress}/feed/{quote(work, safe='')}/posts", json=None)
+    posts = r.json()
+    assert [p["payload"]["digest"] for p in posts] == [acc.digest]
+    assert got["digest"] == acc.digest and got["announced"]["effect_id"] == posts[0]["effect_id"]
 
 
 async def test_late_write_of_paused_handler_is_refused(server: RestateServer,

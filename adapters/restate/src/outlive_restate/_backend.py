@@ -19,6 +19,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
@@ -28,7 +29,7 @@ import httpx
 from outlive import ledger as L
 from outlive.backend import Backend
 from outlive.errors import BackendUnavailable, ConfigError, InvalidRecord, OutliveError
-from outlive.records import WorkState
+from outlive.records import Contract, WorkState
 
 from . import _errors
 from ._config import parse_url
@@ -175,7 +176,9 @@ class RestateBackend(Backend):
                          key: str | None = None, arg: Any = None,
                          lease: timedelta = timedelta(seconds=30), max_attempts: int = 10,
                          pin: str | None = None, adopt: tuple[int, int] | None = None,
-                         renew: bool = True) -> dict[str, Any]:
+                         renew: bool = True, contract: Contract | None = None,
+                         assessor: str | None = None,
+                         announce: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Hand an opened work to Restate: it admits, dispatches and replaces attempts itself.
 
         The user's handler ``service/handler`` (``key`` for a Virtual Object or Workflow) gets
@@ -185,10 +188,18 @@ class RestateBackend(Backend):
         an attempt already admitted (a supervisor's) instead of admitting #1 here. Each attempt
         renews the lease every third of it while a step runs, so a live long step is not
         replaced; ``renew=False`` leaves its writes as its only signs of life.
+
+        With ``contract``, Restate also judges: each finished attempt's candidate is judged
+        inside the work's lease object (``assessor``: ``module:function`` importable in your
+        deployment, its verdict journaled; None: the mechanical checks alone), a refused one is
+        followed by a successor, and an accepted one is sent to ``announce`` (``{"service",
+        "handler", "key"}``, a Restate handler) with the operation key as Restate's idempotency
+        key. No controller process is needed after this call; :meth:`lease` shows ``done``.
         """
         body = start_request(service=service, handler=handler, key=key, arg=arg, lease=lease,
                              max_attempts=max_attempts, ledger=self.ledger, pin=pin, adopt=adopt,
-                             renew=renew)
+                             renew=renew, contract=contract, assessor=assessor,
+                             announce=announce)
         raw = await self._post(self._path(work_id, "start", LEASE), body,
                                key=f"outlive-start:{work_id}")
         got: dict[str, Any] = json.loads(raw)

@@ -32,7 +32,9 @@ worst by one check; it never replaces an attempt that wrote since the previous c
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +42,22 @@ import restate
 from restate.serde import BytesSerde
 
 from outlive import ledger as L
-from outlive.errors import InvalidRecord, OutliveError
-from outlive.records import Attempt, AttemptState, WorkState
-from outlive.supervisor import Assignment, Dispatcher
+from outlive.controller import Controller
+from outlive.errors import InvalidRecord, OutliveError, Rejected
+from outlive.records import (
+    Attempt,
+    AttemptState,
+    Candidate,
+    Contract,
+    InputVersion,
+    Receipt,
+    WorkState,
+)
+from outlive.supervisor import Assignment, Dispatcher, resolve
+from outlive.worker import Worker
 
 from . import _errors
-from ._engine import attempt_headers
+from ._engine import HEADER_LEASE, HandlerBackend, attempt_headers
 from ._ledger import EXECUTE, LEDGER, LOAD, STALLED
 
 if TYPE_CHECKING:
@@ -57,6 +69,8 @@ __all__ = ["LEASE", "RestateDispatcher", "dispatch_key", "lease_object", "start_
 LEASE = "outlive_lease"
 
 _B = BytesSerde()
+#: An assessor's verdict: journaled once (JSON bytes), retried by Restate if the assessor raises.
+_RUN: restate.RunOptions[bytes] = restate.RunOptions(serde=_B)
 
 lease_object = restate.VirtualObject(
     LEASE, description="outlive: keeps each work's attempt alive or replaces it (Restate timers)",
@@ -71,21 +85,36 @@ def dispatch_key(work_id: str, number: int) -> str:
 def start_request(*, service: str, handler: str, key: str | None = None, arg: Any = None,
                   lease: timedelta = timedelta(seconds=30), max_attempts: int = 10,
                   ledger: str = LEDGER, pin: str | None = None,
-                  adopt: tuple[int, int] | None = None, renew: bool = True) -> bytes:
+                  adopt: tuple[int, int] | None = None, renew: bool = True,
+                  contract: Contract | None = None, assessor: str | None = None,
+                  announce: Mapping[str, Any] | None = None) -> bytes:
     """The body of ``outlive_lease/{work}/start``: plain JSON any HTTP client can send.
 
     ``adopt=(attempt, token)`` dispatches an attempt already admitted (by a supervisor) instead
     of admitting one. ``renew=False`` dispatches attempts that do not renew the lease while a
-    step runs (their writes are their only signs of life).
+    step runs (their writes are their only signs of life). ``contract`` makes the lease the
+    work's judge: each finished attempt's candidate is judged under it, inside Restate, by
+    ``assessor`` (``module:function``, importable in the deployment; None: the mechanical
+    checks alone), and ``announce`` (``{"service", "handler", "key"}``: a Restate handler) gets
+    the accepted result, keyed by operation. Without ``contract`` your controller judges.
     """
     ms = int(lease.total_seconds() * 1000)
     if ms <= 0 or max_attempts < 1:
         raise InvalidRecord("a lease is positive and max_attempts at least 1")
+    if (assessor is not None or announce is not None) and contract is None:
+        raise InvalidRecord("an assessor or an announcement needs the contract to judge under")
+    if announce is not None and (not isinstance(announce.get("service"), str)
+                                 or not isinstance(announce.get("handler"), str)):
+        raise InvalidRecord("announce names a Restate handler: {'service', 'handler', 'key'}")
+    judge = None if contract is None else {
+        "contract": {"name": contract.name, "version": contract.version,
+                     "assessor": contract.assessor},
+        "assessor": assessor, "announce": dict(announce) if announce is not None else None}
     try:
         return json.dumps({"service": service, "handler": handler, "key": key, "arg": arg,
                            "lease_ms": ms, "max_attempts": max_attempts, "ledger": ledger,
                            "pin": pin, "adopt": list(adopt) if adopt else None,
-                           "renew": bool(renew)},
+                           "renew": bool(renew), "judge": judge},
                           separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise InvalidRecord(f"a start request carries JSON values only: {exc}") from exc
@@ -121,6 +150,8 @@ async def _dispatch(ctx: restate.ObjectContext, target: dict[str, Any],
     lease = int(target["lease_ms"])
     headers = attempt_headers(ctx.key(), att, str(target["ledger"]),
                               max(1, lease // 3) if target.get("renew", True) else None)
+    if target.get("judge") is not None:
+        headers[HEADER_LEASE] = LEASE    # the attempt says when it finished: judged at once
     arg = json.dumps(target.get("arg")).encode()
     handle = ctx.generic_send(str(target["service"]), str(target["handler"]), arg,
                               key=target.get("key"), headers=headers,
@@ -184,7 +215,7 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     if state is None or att is None:
         return "no such attempt"
     if att.state is AttemptState.FINISHED:
-        return "attempt finished"
+        return await _finished(ctx, target, state)
     lease = int(target["lease_ms"])
     if L.is_live(att) and not L.is_leased(att):
         _arm(ctx, target, number, _sign(att), lease)
@@ -213,6 +244,130 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
 
 
 @lease_object.handler(input_serde=_B)
+async def settle(ctx: restate.ObjectContext, req: bytes) -> str:
+    """Attempt ``{"attempt": n}`` finished (its own one-way send, :func:`._engine.attempt`):
+    judge its candidate now rather than at the next check."""
+    number = int(json.loads(req)["attempt"])
+    target: dict[str, Any] | None = await ctx.get("target", type_hint=dict)
+    current: dict[str, Any] | None = await ctx.get("current", type_hint=dict)
+    if target is None or current is None or current["attempt"] != number:
+        return "stale"
+    state: WorkState | None = await _ledger(ctx, target, LOAD, b"")
+    att = state.attempt(number) if state is not None else None
+    if state is None or att is None or att.state is not AttemptState.FINISHED:
+        return "not finished"
+    return await _finished(ctx, target, state)
+
+
+async def _finished(ctx: restate.ObjectContext, target: dict[str, Any], state: WorkState) -> str:
+    """The current attempt finished: judge, announce, or send a successor (the lease judges).
+
+    Judgement happens here, in the work's lease object, not in a controller client: the
+    mechanical checks (owner, version, part hashes) and the assessor, whose verdict is a
+    journaled ``ctx.run`` (a replay gets the same verdict; an assessor that asks a model is
+    asked once), then ``Accept`` written to the ledger. A refused candidate (a version
+    published meanwhile, the assessor's no) is followed by a successor pinned to the current
+    version, up to ``max_attempts``. An accepted one is announced, keyed by operation.
+    """
+    judge: dict[str, Any] | None = target.get("judge")
+    if judge is None:
+        return "attempt finished"      # your controller judges its candidate
+    if await ctx.get("done", type_hint=dict) is not None:
+        return "done"
+    work = ctx.key()
+    backend = HandlerBackend(ctx, ledger=str(target["ledger"]))
+    ctl = Controller(backend, clock=backend.clock)
+    contract = Contract(**judge["contract"])
+    assess = _journaled(ctx, judge.get("assessor"))
+    since = state.latest_acceptance.seq if state.latest_acceptance else 0
+    refused: list[str] = []
+    for cand in state.candidates:
+        att = state.attempt(cand.attempt)
+        if cand.seq <= since or att is None or att.state is AttemptState.STOPPED:
+            continue
+        try:
+            await ctl.assess(work, cand.digest, contract, assess, state=state)
+        except Rejected as exc:
+            refused.append(f"{cand.digest[:8]}: {type(exc).__name__}")
+    state = await backend.load(work) or state
+    acc = state.latest_acceptance
+    if acc is None or (state.policy.pins and acc.version != state.current_version):
+        if len(state.attempts) >= int(target["max_attempts"]):
+            ctx.set("gave_up", {"after": len(state.attempts), "at": await _now(ctx),
+                                "refused": refused})
+            return "gave up"
+        nxt = await _dispatch(ctx, target)
+        return f"refused ({', '.join(refused) or 'no candidate'}); replaced by #{nxt['attempt']}"
+    announced = None
+    if judge.get("announce") is not None:
+        announced = await _announce(ctx, backend, ctl, state, judge["announce"])
+    ctx.set("done", {"digest": acc.digest, "version": acc.version, "attempt": acc.attempt,
+                     "announced": announced, "at": await _now(ctx)})
+    return f"accepted {acc.digest[:8]} for {acc.version}"
+
+
+def _journaled(ctx: restate.ObjectContext, ref: str | None) -> Any:
+    """The assessor named ``ref`` (``module:function``), its verdict journaled by ``ctx.run``."""
+    fn = resolve(ref) if ref else None
+
+    async def assess(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
+        if fn is None:
+            return True, "passed the mechanical checks (no assessor)"
+        assessor = fn
+
+        async def verdict() -> bytes:
+            got = assessor(cand, version)
+            if inspect.isawaitable(got):
+                got = await got
+            ok, reason = got
+            return json.dumps([bool(ok), str(reason)]).encode()
+
+        raw = await ctx.run_typed(f"assess:{cand.digest}", verdict, _RUN)
+        ok, reason = json.loads(raw)
+        return bool(ok), str(reason)
+
+    return assess
+
+
+async def _announce(ctx: restate.ObjectContext, backend: HandlerBackend, ctl: Controller,
+                    state: WorkState, spec: dict[str, Any]) -> dict[str, Any]:
+    """Announce the accepted result to ``spec``'s Restate handler, keyed by operation.
+
+    The operation key names the operation (``announce:{work}:{digest}``), never an attempt, and
+    travels as Restate's idempotency key. An attempt is admitted for it (an effect is fenced
+    like any write); its intent is written before the call and the receipt after, all in this
+    invocation, so a crash anywhere replays to the same single call. An intent left open by
+    anyone before (a killed announcer) is settled by the same call with the same key.
+    """
+    acc = state.latest_acceptance
+    assert acc is not None
+    cand = state.candidate(acc.digest)
+    assert cand is not None
+    op = f"announce:{ctx.key()}:{acc.digest}"
+    eff = state.effect(op)
+    if eff is not None and L.is_settled(eff) and eff.receipt is not None:
+        return {"op": op, "effect_id": eff.receipt.effect_id, "attempt": eff.attempt}
+    att = await ctl.admit(ctx.key(), keyed=False)
+    announcer = Worker(backend, att, None, clock=backend.clock)
+    await announcer.start()
+    payload = {"work": ctx.key(), "digest": acc.digest, "version": acc.version,
+               "content": cand.content}
+
+    async def send(key: str | None, body: Any) -> Receipt:
+        raw = await ctx.generic_call(str(spec["service"]), str(spec["handler"]),
+                                     json.dumps(body).encode(), key=spec.get("key"),
+                                     idempotency_key=key)
+        got = json.loads(raw) if raw else {}
+        effect_id = got.get("effect_id") if isinstance(got, dict) else None
+        return Receipt(effect_id=str(effect_id or key), duplicate=False, key=key,
+                       note="a Restate call with the operation key as its idempotency key")
+
+    receipt = await announcer.effect(op, payload, send)
+    await announcer.finish()
+    return {"op": op, "effect_id": receipt.effect_id, "attempt": att.number}
+
+
+@lease_object.handler(input_serde=_B)
 async def cancel(ctx: restate.ObjectContext, req: bytes) -> bool:
     """End attempt ``{"attempt": n}``'s invocation with Restate's cancel; whether one was known."""
     number = int(json.loads(req)["attempt"])
@@ -229,7 +384,8 @@ async def status(ctx: restate.ObjectSharedContext) -> dict[str, Any]:
     return {"target": await ctx.get("target", type_hint=dict),
             "current": await ctx.get("current", type_hint=dict),
             "history": await ctx.get("history", type_hint=list) or [],
-            "gave_up": await ctx.get("gave_up", type_hint=dict)}
+            "gave_up": await ctx.get("gave_up", type_hint=dict),
+            "done": await ctx.get("done", type_hint=dict)}
 
 
 class RestateDispatcher(Dispatcher):

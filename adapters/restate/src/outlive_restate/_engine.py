@@ -67,6 +67,7 @@ from ._ledger import EXECUTE, EXECUTE_LAZY, LEDGER, LOAD, _encode_entry, _View, 
 
 __all__ = [
     "HEADER_ATTEMPT",
+    "HEADER_LEASE",
     "HEADER_LEDGER",
     "HEADER_RENEW",
     "HEADER_TOKEN",
@@ -88,6 +89,9 @@ HEADER_LEDGER = "x-outlive-ledger"
 #: Milliseconds between lease renewals while a step runs (the dispatcher sends a third of the
 #: lease; absent: the attempt's writes are its only signs of life).
 HEADER_RENEW = "x-outlive-renew"
+#: The lease object that dispatched this attempt and judges its candidate: the attempt tells
+#: it (one-way send to its ``settle``) when it finished, so judgement does not wait for a check.
+HEADER_LEASE = "x-outlive-lease"
 
 #: How a step's fenced journal write leaves the handler: "call" (the default: awaited, the step
 #: returns once the ledger answered, a refusal raises at once) or "send" (a durable one-way send
@@ -595,6 +599,19 @@ def _envelope(raw: bytes) -> tuple[Any, int]:
     raise InvalidRecord(f"a step's journaled value is not outlive's: {raw[:80]!r}")
 
 
+def _finished(w: Worker) -> None:
+    """Tell the lease that dispatched this attempt (if it judges) that the attempt finished:
+    one journaled one-way send, so a replay sends it once."""
+    backend = w.backend
+    if not isinstance(backend, HandlerBackend):
+        return
+    lease = _header(backend.ctx.request().headers, HEADER_LEASE)
+    if lease:
+        backend.ctx.generic_send(lease, "settle",
+                                 json.dumps({"attempt": w.attempt.number}).encode(),
+                                 key=w.work_id)
+
+
 async def _wall() -> float:
     return time.time()
 
@@ -703,6 +720,7 @@ async def attempt(ctx: restate.Context | None = None, **options: Any) -> AsyncIt
         try:
             yield w
             await w.finish()
+            _finished(w)
         except (restate.TerminalError, OutliveError) as exc:
             if isinstance(w.backend, OwnedBackend):
                 w.backend.flush()   # the invocation ends here: what it journaled is written
