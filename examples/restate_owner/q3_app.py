@@ -19,9 +19,19 @@ from typing import Any
 import restate
 from restate_feed import feed_object
 
+import outlive
 import outlive_restate
 
 desk = outlive_restate.keep_ledger(restate.VirtualObject("q3_desk"))
+SECTIONS = ("s1", "s2", "s3", "s4")
+
+
+def assessor(candidate: outlive.Candidate, version: outlive.InputVersion | None) -> tuple[bool, str]:
+    """The contract's assessor, run by Restate's lease for the work (its verdict journaled)."""
+    sections = candidate.content["sections"]
+    return (sorted(sections) == sorted(SECTIONS) and all(sections.values()),
+            "complete, well-formed")
+
 newsletter = feed_object("newsletter")
 
 

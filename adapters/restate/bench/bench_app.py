@@ -9,7 +9,8 @@ chunks of the same steps done another way, so load on a shared machine hits both
 ``floor``   - raw steps alternate with a raw step plus an awaited call to an empty exclusive
               handler of another object: what any per-step write to another key's state costs
               in Restate at least (the handler shape's step is that, with outlive's write);
-``takeover``- a step that waits while ``hold`` exists (for the takeover latency).
+``takeover``- a step that waits while ``hold`` exists (for the takeover latency); with ``pid``,
+              #1 writes its process id there (the replica to pause).
 
 Each answers ``{"raw": ms, "other": ms, "settle": ms}``: the time spent in each kind of chunk
 (journaled, so a replay answers the same), and how much of ``other`` went to settling (part of
@@ -138,6 +139,9 @@ async def owned(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[str, fl
 async def takeover(ctx: restate.Context, arg: dict[str, Any]) -> str:
     async with outlive_restate.attempt(ctx) as w:
         async def first(**kw: str) -> int:
+            if w.attempt.number == 1 and arg.get("pid"):   # which replica runs #1's step
+                with open(str(arg["pid"]), "w") as f:
+                    f.write(str(os.getpid()))
             while w.attempt.number == 1 and os.path.exists(str(arg["hold"])):
                 await asyncio.sleep(0.01)
             return int(time.time() * 1000)

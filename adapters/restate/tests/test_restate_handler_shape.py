@@ -229,8 +229,9 @@ async def test_held_step_writes_reach_the_ledger_together_in_order(
         extra: dict[str, Any] = {"n": 600} if write is None else {"n": 600, "write": write}
         await opened(backend, work)
         before = (await _writers(server))[EXECUTE_LAZY]
+        # a long lease: no renewal beat (one more lazy invocation) on a loaded machine
         await backend.start_work(work, service="reports", handler="many", arg=extra,
-                                 lease=timedelta(seconds=60))
+                                 lease=timedelta(minutes=10))
         st = await until("the attempt to finish", partial(finished, backend, work), timeout=90)
         (att,) = st.attempts
         journals.append([(e.step, e.input_key, e.result, e.attempt) for e in st.journal])

@@ -63,7 +63,7 @@ async def test_a_paused_replica_is_replaced_through_the_other(
         proc.send_signal(signal.SIGSTOP)
         try:
             # a read sent to the paused replica before the balancer's pings take it out of
-            # the rotation (0.2 s) would wait for Restate's timeouts (~8 s): read after
+            # the rotation (0.1 s) would wait for Restate's timeouts (~10 s): read after
             await asyncio.sleep(0.5)
             st = await until("#2 to finish", lambda: finished(backend, work), timeout=60)
         finally:

@@ -215,7 +215,7 @@ def _on(side: _Side, event: h2.events.Event, replica: _Replica | None,
 
 
 async def serve(listen: tuple[str, int], backends: list[tuple[str, int]], *,
-                every: float = 0.05, unhealthy_after: float = 0.2,
+                every: float = 0.02, unhealthy_after: float = 0.1,
                 ready: asyncio.Event | None = None) -> None:
     """Balance ``listen`` over ``backends`` until cancelled."""
     balancer = _Balancer([_Replica(h, p) for h, p in backends], unhealthy_after)
@@ -243,8 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m outlive_restate._balancer")
     p.add_argument("--listen", required=True, help="HOST:PORT, loopback")
     p.add_argument("--backend", action="append", required=True, help="HOST:PORT of a replica")
-    p.add_argument("--every", type=float, default=0.05, help="seconds between health pings")
-    p.add_argument("--unhealthy-after", type=float, default=0.2,
+    p.add_argument("--every", type=float, default=0.02, help="seconds between health pings")
+    p.add_argument("--unhealthy-after", type=float, default=0.1,
                    help="seconds without a ping's ack before a replica gets no new stream")
     args = p.parse_args(argv)
 

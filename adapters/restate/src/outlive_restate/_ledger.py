@@ -61,10 +61,12 @@ _B = BytesSerde()
 #: Restate's inactivity and abort timeouts for outlive's own objects (the ledger, the lease): an
 #: invocation whose deployment process sends nothing for this long is asked to suspend, and if it
 #: does not answer for as long again (a paused or wedged replica), Restate aborts it and retries
-#: it, through the balancer, on a replica that answers. Their handlers are short (no step body
-#: runs in them), so a second is long; Restate's defaults (1 min, then 10 min) would hold a
-#: lease check, or the work's ledger key, that long behind a paused replica.
-STALLED = timedelta(seconds=1)
+#: it, through the balancer, on a replica that answers (~10 s in all: Restate also waits ~5 s
+#: for the stream to drain). Their handlers are short (no step body runs in them); Restate's
+#: defaults (1 min, then 10 min) would hold a lease check, or the work's ledger key, that long
+#: behind a paused replica. A second was too short on a loaded 2-core machine: a ledger
+#: invocation waiting for its lazily read state was now and then suspended and replayed.
+STALLED = timedelta(seconds=3)
 
 
 # Storage layout in the object's K/V state (one Virtual Object per work):
