@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from outlive import ledger as L
     from outlive.errors import OutliveError
     from outlive_temporal import Attempt, Work, current_attempt
+    from outlive_temporal.testing import go_silent
 
 #: In-process control of ``held`` (tests running their worker in the test process).
 HOLD: dict[str, asyncio.Event] = {}
@@ -89,6 +90,7 @@ async def held(text: str) -> str:
     CALLS.append(text)
     ev = HOLD.pop(text, None)   # only the first call is held
     if ev is not None:
+        go_silent()             # held = its worker is paused: no heartbeat, not even outlive's
         await ev.wait()
     return text.upper()
 

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from outlive.records import Candidate, InputVersion, Part, Policy, WorkState
     from outlive.rules import LatestAccepted, LatestFinished, Rule, StrictCurrent, dependable
     from outlive_temporal import Attempt, Work, WorkHandle, current_attempt
+    from outlive_temporal.testing import go_silent
 
 
 @dataclass
@@ -183,6 +184,7 @@ async def story_summarise(text: str) -> dict[str, str]:
         # machine already made Temporal time #1 out earlier)
         world.silent_fired = True
         world.silent_attempt = info.attempt
+        go_silent()   # the plugin's wrapper would otherwise heartbeat for this worker
         if st["change"] == "during":
             await _publish(world, info.workflow_id)
         if st["silent"] == "crashed":
@@ -251,6 +253,7 @@ async def story_post(op_key: str, key: str, payload: dict[str, str]) -> str:
             if got is not None:
                 world.readings[name] = got
         if world.story["dies"] == "yes":
+            go_silent()
             await _gone(world)
     return str(receipt.effect_id)
 
@@ -269,7 +272,6 @@ class StoryWork(Work):
     @workflow.run
     async def run(self, story: dict[str, Any]) -> dict[str, Any]:
         self.story = story
-        self.seen: dict[int, Attempt] = {}
         self.outlive_policy = Policy(fencing=story["fencing"] == "on", pins=story["pins"] == "on")
         self.outlive_progress = story["progress"]
         self.outlive_epoch_floor = story["epoch_floor"]
@@ -281,7 +283,8 @@ class StoryWork(Work):
         while (acc := self.outlive.state.latest_acceptance) is not None \
                 and acc.version is not None and acc.version != self.outlive.state.current_version:
             result = await self.drive(self.attempt, None, version=first)
-        steps = {str(n): {"restored": list(a.restored), "ran": list(a.ran)} for n, a in self.seen.items()}
+        steps = {str(a.number): {"restored": list(a.restored), "ran": list(a.ran)}
+                 for a in self.outlive.attempts}
         return {**result, "steps": steps}
 
     def assess(self, candidate: Candidate, version: InputVersion | None) -> tuple[bool, str]:
@@ -303,7 +306,6 @@ class StoryWork(Work):
 
     async def attempt(self, a: Attempt, inputs: dict[str, str]) -> dict[str, Any]:
         st = self.story
-        self.seen[a.number] = a
         # a post an earlier attempt left unconfirmed is settled first, with its own key
         for eff in self.outlive.state.effects:
             if not L.is_settled(eff):

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
+import dataclasses
 import functools
 import hashlib
 import inspect
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,14 +35,14 @@ from typing import Any, ClassVar, Literal, TypeVar
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from outlive import codec
     from outlive import ledger as L
-    from outlive.errors import InvalidRecord, OutliveError, PayloadTooLarge, VersionMismatch
-    from outlive.hashing import canonical, content_hash, input_key
+    from outlive.errors import GaveUp, InvalidRecord, OutliveError, PayloadTooLarge, VersionMismatch
+    from outlive.hashing import canonical, check_json, content_hash, input_key
     from outlive.records import (
         Acceptance,
         Candidate,
@@ -73,6 +76,10 @@ DEPENDABLE_QUERY = "outlive_dependable"
 CARRY_KEY = "outlive_carry"
 _ID_PREFIX = "outlive"
 _REF = "outlive_ref"
+#: Timeouts that mean silence, not an error: Temporal must not retry them (a retry would run the
+#: step again under the same owner token); the driver admits a successor instead. Temporal
+#: names a timeout in a retry policy's non-retryable types as ``TemporalTimeout:<type>``.
+SILENCE = ("TemporalTimeout:Heartbeat", "TemporalTimeout:StartToClose")
 
 
 def activity_id(attempt: int, token: int, n: int, step: str) -> str:
@@ -192,7 +199,7 @@ class Attempt:
         led.check_live(self)
         declared = dict(reads) if reads is not None else (
             {name: args[0]} if len(args) == 1 else {f"{name}[{i}]": a for i, a in enumerate(args)})
-        sources = {k: content_hash(v) for k, v in declared.items()}
+        sources = {k: value_hash(v) for k, v in declared.items()}
         key = input_key(name, sources)
         hint = options.get("result_type") or _result_type(activity)
         held = self._pending.get(name)
@@ -214,6 +221,7 @@ class Attempt:
         except ActivityError as err:
             if isinstance(err.cause, TemporalTimeout):
                 await led.silence(self, f"step {name!r}: {err.cause}")
+            led.check_live(self)
             raise
         led.check_live(self)
         rid = L.result_id(self.work_id, name, key, self.number)
@@ -241,6 +249,7 @@ class Attempt:
         """
         led = self._ledger
         led.check_live(self)
+        content = json_form(content)
         names = list(steps) if steps is not None else list(self._parts)
         missing = [n for n in names if n not in self._parts]
         if missing:
@@ -350,6 +359,11 @@ class _WorkLedger:
         self.steps_this_run = 0
         self.restores_in_task = 0
         self.current: Attempt | None = None
+        #: Every attempt this run drove, in order (what each restored and ran, for a report).
+        self.attempts: list[Attempt] = []
+        #: The type the workflow's ``run`` takes its input as (None: a plain mapping).
+        self.input_type: type | None = None
+        self.start_state: dict[str, Any] = {}
         self.has_store = bool(owner.__dict__.get("_outlive_store", False))
         #: A restore is a dict look-up, not a scan of the journal (a run after continue-as-new
         #: restores every earlier step in its first workflow task).
@@ -432,8 +446,13 @@ class _WorkLedger:
         return workflow.payload_converter().from_payloads([payload], [hint] if hint else None)[0]
 
     def activity_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """A step's activity options: the work's retry policy (or the step's own), never
+        retrying a timeout (silence is the driver's), and the lease as heartbeat timeout."""
         opts = dict(options)
-        opts.setdefault("retry_policy", RetryPolicy(maximum_attempts=1))
+        policy: RetryPolicy = opts.get("retry_policy") or self.owner.outlive_retry
+        kept = list(policy.non_retryable_error_types or ())
+        opts["retry_policy"] = dataclasses.replace(
+            policy, non_retryable_error_types=[*kept, *(t for t in SILENCE if t not in kept)])
         opts.setdefault("heartbeat_timeout", self.owner.outlive_heartbeat)
         if "start_to_close_timeout" not in opts and "schedule_to_close_timeout" not in opts:
             opts["start_to_close_timeout"] = self.owner.outlive_step_timeout
@@ -474,18 +493,25 @@ class _WorkLedger:
 
     async def drive(self, body: Callable[[Attempt, Any], Awaitable[T]], inputs: Any,
                     version: str) -> T:
+        if type(inputs) is not dict:
+            self.input_type = type(inputs)
+        self.snapshot()
         if not self.opened:
             self.apply(L.OpenWork(policy=self.owner.outlive_policy,
                                   epoch_floor=self.owner.outlive_epoch_floor))
             self.publish(version, inputs)
+        errors = 0
         for _ in range(self.owner.outlive_max_attempts):
             cur = self.state.current_attempt
             if not L.is_live(cur):
                 cur = self.apply(L.Admit(at=self.now())).record
             assert cur is not None and cur.pinned_version is not None
+            if self.current is not None:
+                self.fresh_instance()
             attempt = Attempt(self, cur)
             self.current = attempt
-            task = asyncio.ensure_future(body(attempt, self.contents[cur.pinned_version]))
+            self.attempts.append(attempt)
+            task = asyncio.ensure_future(body(attempt, self.attempt_input(cur.pinned_version)))
             await workflow.wait_condition(functools.partial(_settled, task, attempt))
             if not task.done():
                 task.cancel()
@@ -502,7 +528,17 @@ class _WorkLedger:
                 self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
                 if isinstance(exc, OutliveError):
                     raise rejection(exc) from None
-                raise
+                failed = _step_failure(exc)
+                if failed is None:
+                    raise
+                step, cause, spent = failed
+                errors += 1
+                if spent and errors < self.owner.outlive_error_attempts:
+                    workflow.logger.info("outlive: attempt #%s: step %r failed after its "
+                                         "retries (%s); admitting a successor", cur.number,
+                                         step, cause)
+                    continue
+                raise self.failure(step, cause, spent, errors) from exc
             if attempt.halt == "continue" and self.state.current_attempt == cur:
                 pass  # finished on the step that asked for continue-as-new: just finish
             self.apply(L.Finish(attempt=cur.number, token=cur.token, at=self.now()))
@@ -510,6 +546,21 @@ class _WorkLedger:
         raise ApplicationError(
             f"work {self.work_id!r}: {self.owner.outlive_max_attempts} attempts went silent or "
             f"were rebuilt; giving up", type="AttemptsExhausted", non_retryable=True)
+
+    def failure(self, step: str, cause: BaseException, spent: bool, errors: int) \
+            -> ApplicationError:
+        """The error a failed step ends the work with: the step's own error type and message
+        when no retry can mend it; ``GaveUp`` naming it when retries and successors are spent."""
+        kind = cause.type if isinstance(cause, ApplicationError) and cause.type \
+            else type(cause).__name__
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+        if not spent:
+            return ApplicationError(f"work {self.work_id!r}: step {step!r} failed: {kind}: "
+                                    f"{message}", type=kind, non_retryable=True)
+        return rejection(GaveUp(
+            f"work {self.work_id!r}: step {step!r} failed in {errors} attempt(s), each after "
+            f"its retries; last error {kind}: {message}", work_id=self.work_id, step=step,
+            last_error={"type": kind, "message": message}))
 
     async def continue_as_new(self) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -526,15 +577,102 @@ class _WorkLedger:
         workflow.continue_as_new(args=[*args, carry, *blobs])
 
     def publish(self, version: str, parts: Any) -> InputVersion:
-        if not isinstance(parts, Mapping):
-            raise InvalidRecord("a work's input is a mapping of part name -> content")
-        hashes = {str(k): content_hash(v) for k, v in parts.items()}
+        content = _input_parts(parts)
+        hashes = {k: content_hash(v) for k, v in content.items()}
         out = self.apply(L.PublishInput(version=version, parts=hashes, at=self.now()))
         if version not in self.contents:
-            self.contents[version] = dict(parts)
-            self.bytes += len(self.text(self.contents[version]))
+            self.contents[version] = content
+            self.bytes += len(self.text(content))
         rec: InputVersion = out.record
         return rec
+
+    def attempt_input(self, version: str) -> Any:
+        """The attempt's own copy of its pinned version, typed as the workflow's ``run`` takes
+        it (decoded afresh by the payload converter, so no attempt sees another's changes)."""
+        payload = Payload(metadata={"encoding": b"json/plain"},
+                          data=json.dumps(self.contents[version]).encode())
+        hint = [self.input_type] if self.input_type is not None else None
+        return workflow.payload_converter().from_payloads([payload], hint)[0]
+
+    def snapshot(self) -> None:
+        """The workflow object's own state as the work's attempts start from it (after
+        ``__init__``, the first signals and whatever ``run`` set before ``drive``)."""
+        self.start_state = {}
+        for name, value in self.owner.__dict__.items():
+            if not name.startswith("_outlive"):
+                try:
+                    self.start_state[name] = copy.deepcopy(value)
+                except Exception:   # not copyable (a lock, a client): __init__ makes it anew
+                    pass
+
+    def fresh_instance(self) -> None:
+        """Isolate the next attempt: the workflow object's own state goes back to what it was
+        when the work started (``__init__`` run afresh, then a copy of :meth:`snapshot`), so
+        nothing a handler set during an earlier attempt (an approval, a counter) reaches this
+        one. Only the records (kept by the ledger) pass between attempts."""
+        owner = self.owner
+        kept = {k: v for k, v in owner.__dict__.items() if k.startswith("_outlive")}
+        owner.__dict__.clear()
+        owner.__dict__.update(kept)
+        init = type(owner).__init__
+        if init is not object.__init__:
+            takes = [p for p in list(inspect.signature(init).parameters.values())[1:]
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                     and p.default is p.empty]
+            init(owner, *(kept.get("_outlive_args", ()) if takes else ()))
+        owner.__dict__.update(copy.deepcopy(self.start_state))
+
+
+def json_form(value: Any) -> Any:
+    """``value`` as the workflow's payload converter writes it, read back as JSON (a dataclass,
+    a pydantic model -> its JSON object); plain JSON values are returned as they are. Values
+    the converter writes as binary become ``"b64:<encoding>:<data>"`` text."""
+    try:
+        check_json(value)
+        return value
+    except InvalidRecord:
+        pass
+    payload = workflow.payload_converter().to_payloads([value])[0]
+    enc = payload.metadata.get("encoding", b"")
+    if enc == b"json/plain":
+        return json.loads(payload.data)
+    return "b64:" + enc.decode() + ":" + base64.b64encode(payload.data).decode()
+
+
+def value_hash(value: Any) -> str:
+    """The content hash of a declared input, canonicalised through the data converter."""
+    try:
+        return content_hash(value)
+    except InvalidRecord:
+        return content_hash(json_form(value))
+
+
+def _input_parts(parts: Any) -> dict[str, Any]:
+    """A work's input (a mapping, or a dataclass / pydantic model the converter writes as a JSON
+    object) as part name -> JSON content."""
+    if isinstance(parts, Mapping):
+        content = {str(k): json_form(v) for k, v in parts.items()}
+    else:
+        form = json_form(parts)
+        if not isinstance(form, dict):
+            raise InvalidRecord("a work's input is a mapping of part name -> content (or a "
+                                "dataclass or model the data converter writes as an object), "
+                                f"not {type(parts).__name__}")
+        content = {str(k): v for k, v in form.items()}
+    return content
+
+
+def _step_failure(exc: BaseException) -> tuple[str, BaseException, bool] | None:
+    """``(step, cause, retries spent)`` for a step's activity that failed with an error (not a
+    timeout: that is silence), else None. ``spent`` is False for a non-retryable error."""
+    if not isinstance(exc, ActivityError) or isinstance(exc.cause, TemporalTimeout):
+        return None
+    parsed = parse_activity_id(exc.activity_id)
+    step = parsed[2] if parsed is not None else exc.activity_type
+    cause: BaseException = exc.cause if exc.cause is not None else exc
+    non_retryable = (isinstance(cause, ApplicationError) and cause.non_retryable) \
+        or exc.retry_state == RetryState.NON_RETRYABLE_FAILURE
+    return step, cause, not non_retryable
 
 
 def _settled(task: asyncio.Future[Any], attempt: Attempt) -> bool:
@@ -579,6 +717,14 @@ class Work:
     #: Continue-as-new after this many steps in one run (besides when Temporal suggests it).
     outlive_continue_after: ClassVar[int | None] = None
     outlive_max_attempts: ClassVar[int] = 20
+    #: A step's activity retries (Temporal's own policy) for transient errors; timeouts are
+    #: never retried (silence: the driver admits a successor). A step may pass its own.
+    outlive_retry: ClassVar[RetryPolicy] = RetryPolicy(
+        initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30), maximum_attempts=3)
+    #: Attempts that may end because a step spent its retries before the work gives up (the
+    #: first such error admits a successor with a fresh token; the second ends the work).
+    outlive_error_attempts: ClassVar[int] = 2
     #: Restores done in one workflow task at most (then a 1 ms timer ends the task).
     outlive_restore_chunk: ClassVar[int] = 200
     #: ``"step"``: each step is journaled when its activity returns. ``"end"``: an attempt's
@@ -631,7 +777,7 @@ class Work:
             raise rejection(exc) from None
 
     @workflow.update(name=PUBLISH_UPDATE)
-    async def outlive_publish(self, version: str, parts: dict[str, Any]) -> str:
+    async def outlive_publish(self, version: str, parts: Any) -> str:
         try:
             rec = self.outlive.publish(version, parts)
         except Exception as exc:
@@ -639,12 +785,12 @@ class Work:
         return codec.dumps(rec)
 
     @outlive_publish.validator
-    def _outlive_validate_publish(self, version: str, parts: dict[str, Any]) -> None:
+    def _outlive_validate_publish(self, version: str, parts: Any) -> None:
         led = self.outlive
         if not led.opened:
             raise rejection(InvalidRecord("the work has not opened yet"))
-        hashes = {str(k): content_hash(v) for k, v in parts.items()}
         try:
+            hashes = {k: content_hash(v) for k, v in _input_parts(parts).items()}
             L.apply(led.state, L.PublishInput(version=version, parts=hashes, at=0))
         except Exception as exc:
             raise rejection(exc) from None

@@ -60,8 +60,9 @@ class WorkHandle:
             raise InvalidRecord(f"the work {self.handle.id!r} answered a corrupt state")
         return st
 
-    async def publish(self, version: str, parts: dict[str, Any]) -> InputVersion:
-        """A corrected input: it becomes current; the running attempt stays pinned to its own."""
+    async def publish(self, version: str, parts: Any) -> InputVersion:
+        """A corrected input (a mapping, or the dataclass or model the workflow takes): it
+        becomes current; the running attempt stays pinned to its own."""
         rec = codec.loads(await _update(self.handle, PUBLISH_UPDATE, version, parts))
         assert isinstance(rec, InputVersion)
         return rec

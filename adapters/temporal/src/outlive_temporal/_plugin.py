@@ -11,12 +11,18 @@ its client's plugins) are all a user adds. The plugin
   failing the workflow task over and over;
 * adds an interceptor that carries a :class:`~outlive_temporal.Work`'s ledger across
   continue-as-new (the user's ``run`` keeps its own signature);
+* wraps every activity a step or an effect started (outlive's activity id) so that it heartbeats
+  on the user's behalf while it runs (an alive step is never silence; a paused or dead worker
+  still is), and so that a non-retryable error (``outlive.NonRetryable``, outlive's own
+  programming errors) reaches Temporal as ``ApplicationError(non_retryable=True)`` under its
+  own type name;
 * with ``store=``, puts a payload codec on the client's data converter that keeps large payloads
   (step results, the carried ledger) in the store and only their references in history.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import typing
@@ -25,9 +31,13 @@ from typing import Any
 
 import temporalio.converter
 import temporalio.worker
-from temporalio import workflow
+from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
     ExecuteWorkflowInput,
     Interceptor,
     WorkflowInboundInterceptor,
@@ -36,10 +46,11 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from outlive.errors import OutliveError
+import outlive
+from outlive.errors import InvalidRecord, OutliveError, Rejected
 
 from ._dispatch import SuperviseWorkflow, next_attempt_activity, run_attempt_activity
-from ._engine import CARRY_KEY, Work, _Carry
+from ._engine import CARRY_KEY, Work, _Carry, parse_activity_id
 from ._store import BlobStore, StoreCodec
 from ._workflow import LedgerWorkflow
 
@@ -90,9 +101,75 @@ class _CarryInbound(WorkflowInboundInterceptor):
         return await self.next.execute_workflow(input)
 
 
-class _CarryInterceptor(Interceptor):
+#: Task tokens of running step activities whose worker plays dead (``testing.go_silent``): the
+#: wrapper stops beating for them, as it would in a paused process.
+QUIET: set[bytes] = set()
+
+
+def non_retryable(exc: BaseException) -> bool:
+    """Errors no retry can mend: the user's ``outlive.NonRetryable`` and outlive's refusals."""
+    marker: Any = getattr(outlive, "NonRetryable", None)
+    if isinstance(marker, type) and isinstance(exc, marker):
+        return True
+    return isinstance(exc, (InvalidRecord, Rejected))
+
+
+class _StepOutbound(ActivityOutboundInterceptor):
+    """Remembers the user's own heartbeat details, so the wrapper's beats repeat them."""
+
+    details: tuple[Any, ...] = ()
+
+    def heartbeat(self, *details: Any) -> None:
+        self.details = details
+        self.next.heartbeat(*details)
+
+
+class _StepInbound(ActivityInboundInterceptor):
+    """Heartbeats for a step's activity while it runs; names its non-retryable errors."""
+
+    outbound: _StepOutbound
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        self.outbound = _StepOutbound(outbound)
+        super().init(self.outbound)
+
+    async def _beat(self, every: float, token: bytes) -> None:
+        while True:
+            await asyncio.sleep(every)
+            if token not in QUIET:
+                # past the user's outbound: a beat is not the user's call, and it repeats their
+                # last details (Temporal keeps only the latest)
+                self.outbound.next.heartbeat(*self.outbound.details)
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if parse_activity_id(info.activity_id) is None:
+            return await self.next.execute_activity(input)
+        timeout = info.heartbeat_timeout
+        beat = None
+        if timeout:
+            # the SDK throttles sends to 80 % of the timeout; a beat every quarter keeps one due
+            beat = asyncio.ensure_future(self._beat(timeout.total_seconds() / 4, info.task_token))
+        try:
+            return await self.next.execute_activity(input)
+        except Exception as exc:
+            if non_retryable(exc) and not (isinstance(exc, ApplicationError)
+                                           and exc.non_retryable):
+                raise ApplicationError(str(exc), type=type(exc).__name__,
+                                       non_retryable=True) from exc
+            raise
+        finally:
+            if beat is not None:
+                beat.cancel()
+            QUIET.discard(info.task_token)
+
+
+class _Interceptor(Interceptor):
     def __init__(self, store: bool) -> None:
         self.store = store
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _StepInbound(next)
 
     def workflow_interceptor_class(
             self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
@@ -127,7 +204,7 @@ class OutlivePlugin(SimplePlugin):
             workflows=[LedgerWorkflow, SuperviseWorkflow],
             activities=[run_attempt_activity, next_attempt_activity],
             workflow_runner=_runner,
-            interceptors=[_CarryInterceptor(store is not None)],
+            interceptors=[_Interceptor(store is not None)],
             workflow_failure_exception_types=failures,
         )
 

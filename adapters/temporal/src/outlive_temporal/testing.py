@@ -30,7 +30,22 @@ from types import TracebackType
 
 from .devserver import DevServer
 
-__all__ = ["DevServer", "WorkerProcess", "start_and_die"]
+__all__ = ["DevServer", "WorkerProcess", "go_silent", "start_and_die"]
+
+
+def go_silent() -> None:
+    """Inside a step's activity: its worker plays paused from now on.
+
+    The plugin's wrapper heartbeats for every running step, so an activity that merely waits is
+    alive. A test that needs a silent step in the test's own process (where it cannot SIGSTOP
+    itself) calls this: the wrapper stops beating for this activity, exactly as it would in a
+    paused process, and Temporal's heartbeat timeout takes the attempt for silent.
+    """
+    from temporalio import activity
+
+    from ._plugin import QUIET
+
+    QUIET.add(activity.info().task_token)
 
 
 class WorkerProcess:
