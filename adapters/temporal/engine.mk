@@ -5,7 +5,7 @@ BENCH_TARGETS += bench-temporal
 
 TEMPORAL_CONCURRENCY ?= 32
 
-.PHONY: engine-temporal sweep-temporal bench-temporal
+.PHONY: engine-temporal sweep-temporal bench-temporal bench-temporal-long
 
 engine-temporal: install
 	$(PY) -c "from outlive_temporal.devserver import temporal_binary; print('temporal CLI:', temporal_binary())"
@@ -18,6 +18,12 @@ bench-temporal: install
 	mkdir -p .bench
 	$(PY) adapters/temporal/bench/bench_temporal.py --out .bench/temporal.json
 	$(PY) adapters/temporal/bench/bench_engine.py --out .bench/temporal_engine.json
+
+# A 10,000-step work in one attempt inside the user's workflow, with bounded state (3-6 min; not
+# in `bench`). `make test` runs the same path on 400 steps under a 60 KB cap.
+bench-temporal-long: install
+	mkdir -p .bench
+	$(PY) adapters/temporal/bench/bench_long_work.py --out .bench/temporal_long.json
 
 # The conformance sweep inside a user's workflow: all 864 runs (288 stories, each judged under the
 # three rules) beside memory:// and the oracle; ~2 min on its own dev server.

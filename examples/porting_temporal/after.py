@@ -33,6 +33,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from outlive_temporal import Attempt, OutlivePlugin, Work, WorkHandle
+    from outlive_temporal.testing import go_silent
 
     try:
         from .before import V1, V2, World, revenue
@@ -48,6 +49,7 @@ async def summarise(text: str) -> str:
     WORLD.calls.append(text)
     if text == WORLD.pause_on and not WORLD.paused.is_set():
         WORLD.paused.set()
+        go_silent()  # a paused worker sends no heartbeat, not even outlive's
         await WORLD.wake.wait()  # the worker is paused, not dead
     return text.strip()  # stand-in for the model call
 

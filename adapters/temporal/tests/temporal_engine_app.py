@@ -176,6 +176,20 @@ class BigWork(Work):
                 "generation": self.outlive.generation}
 
 
+@workflow.defn
+class CappedWork(BigWork):
+    """A long work under a 60 KB cap on what continue-as-new carries inline (the 2 MB payload
+    limit, scaled down so a test of hundreds of steps meets it), continuing every 100 steps."""
+
+    outlive_max_state_bytes = 60_000
+    outlive_continue_after = 100
+    outlive_journal_chunk = 150
+
+    @workflow.run
+    async def run(self, spec: dict[str, int]) -> dict[str, Any]:
+        return await self.drive(self.attempt, spec)
+
+
 @workflow.defn(name="HoldWork")
 class ChangedHoldWork(HoldWork):
     """HoldWork after a careless edit (the second section is no longer summarised): replaying a
@@ -230,5 +244,5 @@ async def supervised_attempt(ctx: Any) -> None:
     await ctx.submit({"digest": " ".join(out)})
 
 
-WORKFLOWS = [FleetWork, HoldWork, ApprovalWork, BigWork, SmallCanWork]
+WORKFLOWS = [FleetWork, HoldWork, ApprovalWork, BigWork, SmallCanWork, CappedWork]
 ACTIVITIES = [part, held, blob]

@@ -134,6 +134,10 @@ class _Carry:
     #: workflow task (absent in histories recorded before they existed: then recomputed).
     refs: list[str] | None = None
     bytes: int | None = None
+    #: How many journal chunks follow the carry (before the blobs): with a store, the state is
+    #: carried without its journal, and the journal in chunks that each travel by reference.
+    chunks: int = 0
+    journal: list[str] = dataclasses.field(default_factory=list)
 
 
 class Attempt:
@@ -364,7 +368,9 @@ class _WorkLedger:
         #: The type the workflow's ``run`` takes its input as (None: a plain mapping).
         self.input_type: type | None = None
         self.start_state: dict[str, Any] = {}
-        self.has_store = bool(owner.__dict__.get("_outlive_store", False))
+        #: The store's threshold (0: no store): payloads longer than this travel by reference.
+        self.threshold = int(owner.__dict__.get("_outlive_store") or 0)
+        self.has_store = self.threshold > 0
         #: A restore is a dict look-up, not a scan of the journal (a run after continue-as-new
         #: restores every earlier step in its first workflow task).
         self._index = JournalIndex()
@@ -372,6 +378,14 @@ class _WorkLedger:
             st = codec.loads(carry.state)
             if not isinstance(st, WorkState):
                 raise InvalidRecord("the carried ledger state is corrupt")
+            if carry.journal:
+                entries: list[JournalEntry] = [*st.journal]
+                for chunk in carry.journal:
+                    part = codec.loads(chunk)
+                    if not isinstance(part, tuple):
+                        raise InvalidRecord("a carried journal chunk is corrupt")
+                    entries.extend(part)
+                st = dataclasses.replace(st, journal=tuple(entries))
             self.state = st
             self.opened = True
             self.contents = dict(carry.contents)
@@ -391,8 +405,9 @@ class _WorkLedger:
         return engine_now()
 
     def apply(self, cmd: L.Command) -> L.Outcome:
-        """Apply ``cmd`` with the core ledger; refuse it if the state would pass the cap."""
-        grow = _growth(cmd)
+        """Apply ``cmd`` with the core ledger; refuse it if the state would pass the cap (with
+        a store, the journal is carried by reference and does not count)."""
+        grow = _growth(cmd, journal=not self.has_store)
         if grow and self.bytes + grow > self.owner.outlive_max_state_bytes:
             raise PayloadTooLarge(
                 f"work {self.work_id!r}: its ledger state would pass "
@@ -422,7 +437,7 @@ class _WorkLedger:
     def keep(self, value: Any) -> Any:
         """The journal's copy of a result: its text inline, or a reference when a store exists."""
         text = self.text(value)
-        if self.has_store and len(text) > self.owner.outlive_inline_bytes:
+        if self.has_store and len(text) > max(self.owner.outlive_inline_bytes, self.threshold):
             ref = _digest(text)
             self.blobs[ref] = text
             return {_REF: ref, "bytes": len(text)}
@@ -493,8 +508,8 @@ class _WorkLedger:
 
     async def drive(self, body: Callable[[Attempt, Any], Awaitable[T]], inputs: Any,
                     version: str) -> T:
-        if type(inputs) is not dict:
-            self.input_type = type(inputs)
+        if inputs is not None and not isinstance(inputs, Mapping):
+            self.input_type = type(inputs)     # a dataclass or model: attempts get one too
         self.snapshot()
         if not self.opened:
             self.apply(L.OpenWork(policy=self.owner.outlive_policy,
@@ -567,14 +582,24 @@ class _WorkLedger:
         refs = {e.result[_REF] for e in self.state.journal
                 if isinstance(e.result, dict) and _REF in e.result}
         kept = [r for r in sorted(refs) if r in self.blobs]
-        state = codec.dumps(self.state)
-        size = len(state) + sum(len(self.text(v)) for v in self.contents.values())
-        carry = {CARRY_KEY: _Carry(state=state, contents=self.contents,
-                                   generation=self.generation + 1, blobs=[], refs=kept,
-                                   bytes=size).__dict__}
+        chunks: list[str] = []
+        if self.has_store:
+            # the head inline; the journal in chunks, each its own payload, so the store codec
+            # keeps each by reference (content-addressed: an unchanged chunk is not rewritten)
+            journal = self.state.journal
+            state = codec.dumps(dataclasses.replace(self.state, journal=()))
+            every = self.owner.outlive_journal_chunk
+            chunks = [codec.dumps(journal[i:i + every]) for i in range(0, len(journal), every)]
+            size = len(state) + sum(len(self.text(v)) for v in self.contents.values())
+        else:
+            state = codec.dumps(self.state)
+            size = len(state) + sum(len(self.text(v)) for v in self.contents.values())
+        carry = {CARRY_KEY: {**_Carry(state=state, contents=self.contents,
+                                      generation=self.generation + 1, blobs=[], refs=kept,
+                                      bytes=size, chunks=len(chunks)).__dict__, "journal": []}}
         blobs = [self.blobs[r] for r in kept]
         args = list(self.owner.__dict__.get("_outlive_args", ()))
-        workflow.continue_as_new(args=[*args, carry, *blobs])
+        workflow.continue_as_new(args=[*args, carry, *chunks, *blobs])
 
     def publish(self, version: str, parts: Any) -> InputVersion:
         content = _input_parts(parts)
@@ -683,13 +708,17 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _growth(cmd: L.Command) -> int:
-    """Roughly how many bytes ``cmd`` adds to the carried state (the cap's measure)."""
+def _growth(cmd: L.Command, *, journal: bool = True) -> int:
+    """Roughly how many bytes ``cmd`` adds to the carried state (the cap's measure); without
+    ``journal``, journal entries are left out (they travel by reference)."""
     if isinstance(cmd, L.RecordSteps):
+        if not journal:
+            return 0
         return sum(len(canonical(w.result)) + 300 + len(w.step) for w in cmd.entries)
     if isinstance(cmd, L.SubmitCandidate):
-        return (len(canonical(cmd.content)) + 200 + 150 * len(cmd.parts)
-                + sum(len(canonical(w.result)) + 300 + len(w.step) for w in cmd.flush))
+        flushed = sum(len(canonical(w.result)) + 300 + len(w.step) for w in cmd.flush) \
+            if journal else 0
+        return len(canonical(cmd.content)) + 200 + 150 * len(cmd.parts) + flushed
     if isinstance(cmd, (L.RecordIntent, L.PublishInput, L.Admit)):
         return 300
     return 0
@@ -712,8 +741,11 @@ class Work:
     outlive_step_timeout: ClassVar[timedelta] = timedelta(hours=1)
     #: The ledger state this execution may carry (Temporal's payload limit is 2 MB).
     outlive_max_state_bytes: ClassVar[int] = 1_500_000
-    #: With a store, results longer than this go by reference.
+    #: With a store, results longer than this (and than the store's threshold) are kept as
+    #: references; shorter ones stay in the journal, which is itself carried by reference.
     outlive_inline_bytes: ClassVar[int] = 2048
+    #: With a store, journal entries per carried chunk across continue-as-new.
+    outlive_journal_chunk: ClassVar[int] = 1000
     #: Continue-as-new after this many steps in one run (besides when Temporal suggests it).
     outlive_continue_after: ClassVar[int | None] = None
     outlive_max_attempts: ClassVar[int] = 20

@@ -78,7 +78,8 @@ def _run_hints(run_fn: Any) -> list[Any]:
 
 
 class _CarryInbound(WorkflowInboundInterceptor):
-    store = False
+    #: The store codec's threshold (0: no store).
+    store = 0
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         if isinstance(input.type, type) and issubclass(input.type, Work):
@@ -89,7 +90,9 @@ class _CarryInbound(WorkflowInboundInterceptor):
             n = len(hints)
             if len(args) > n and isinstance(args[n], dict) and CARRY_KEY in args[n]:
                 raw = dict(args[n][CARRY_KEY])
-                raw["blobs"] = [str(b) for b in args[n + 1:]]
+                k = int(raw.get("chunks", 0))
+                raw["journal"] = [str(c) for c in args[n + 1:n + 1 + k]]
+                raw["blobs"] = [str(b) for b in args[n + 1 + k:]]
                 inst.__dict__["_outlive_carry"] = _Carry(**raw)
                 # the payload count did not match the run's parameters, so the SDK decoded the
                 # user's arguments without type hints: decode them again with the hints
@@ -165,7 +168,7 @@ class _StepInbound(ActivityInboundInterceptor):
 
 
 class _Interceptor(Interceptor):
-    def __init__(self, store: bool) -> None:
+    def __init__(self, store: int) -> None:
         self.store = store
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
@@ -204,7 +207,7 @@ class OutlivePlugin(SimplePlugin):
             workflows=[LedgerWorkflow, SuperviseWorkflow],
             activities=[run_attempt_activity, next_attempt_activity],
             workflow_runner=_runner,
-            interceptors=[_Interceptor(store is not None)],
+            interceptors=[_Interceptor(threshold if store is not None else 0)],
             workflow_failure_exception_types=failures,
         )
 
