@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 DIST ?= dist
 # Editable installs of every distribution with every extra the tests use; exact versions come
 # from constraints.txt (the distributions themselves declare compatible ranges).
-PKGS := -e ".[dev,otel,postgres]" -e conformance -e "adapters/temporal[devserver]" \
+PKGS := -e ".[dev,otel,postgres,docs]" -e conformance -e "adapters/temporal[devserver]" \
 	-e adapters/restate -e "adapters/langgraph[postgres]" -e examples/jsonfile_backend \
 	-e "adapters/agents[langgraph,pydantic-ai]"
 CONSTRAINTS := -c constraints.txt --build-constraint constraints.txt
@@ -34,6 +34,12 @@ dist:
 	rm -rf $(DIST)
 	$(BUILD_VENV)/bin/uv build -q --wheel --all-packages --build-constraint constraints.txt -o $(DIST)
 	ls $(DIST)
+
+# The docs site into site/ (MkDocs Material; the API reference from the docstrings by
+# mkdocstrings). --strict: a broken link, anchor or reference fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
+	@echo "site/index.html"
 
 # Rewrite constraints.txt from what the venv holds (after changing a range: make constraints test).
 constraints: install
@@ -103,4 +109,4 @@ crashpoints: engines
 	OUTLIVE_CRASHPOINTS=full $(PY) -m pytest -q -p no:cacheprovider tests/test_crashpoints.py
 
 clean:
-	rm -rf $(VENV) $(BUILD_VENV) .engines .bench $(DIST)
+	rm -rf $(VENV) $(BUILD_VENV) .engines .bench $(DIST) site

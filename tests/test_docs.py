@@ -14,7 +14,10 @@ of that page (the anchors MkDocs and GitHub both make); external links are not f
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,3 +133,15 @@ def test_the_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
     found = links(page)
     assert [t for _, t in found] == ["#a-code-heading-twice", "#nope", "missing.md"]
     assert "a-code-heading-twice" in anchors(page) and "nope" not in anchors(page)
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    """`make docs`: MkDocs Material with the API reference from the docstrings; --strict fails
+    on a broken page link, anchor or reference."""
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
+                          str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    assert "outlive.runtime.Runtime" in api and "outlive.errors" in api
+    assert (tmp_path / "site" / "tutorial" / "index.html").exists()
