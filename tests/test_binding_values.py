@@ -10,6 +10,7 @@ later than the store's clock.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import time
@@ -247,3 +248,108 @@ async def test_an_admit_dated_an_hour_ahead_is_dated_by_the_store(store: outlive
     assert st is not None
     assert st.attempts[0].last_heartbeat <= now and cand.at <= now
     assert st.effects[0].intended_at <= now
+
+
+# -- waiting -----------------------------------------------------------------------------------
+LEASE = outlive.Lease(heartbeat_interval=200, missed_beats=3, start_grace=1_000)
+CONTRACT = outlive.Contract(name="c", version="1", assessor="t")
+
+
+def _waits_then(fate: str) -> Any:
+    """An attempt function: #1 records a wait and then meets ``fate``; later ones do the work."""
+    async def attempt(ctx: outlive.AttemptContext) -> None:
+        w = ctx.worker
+        if ctx.attempt.number == 1:
+            await w.wait("approval by the editor")
+            if fate == "dies":
+                raise RuntimeError("the runner died while its attempt waited")
+            await asyncio.Event().wait()        # waits for ever (a person who never answers)
+        await w.step("s2", lambda s2: s2.split(".")[0], s2=ctx.inputs["s2"])
+        await ctx.submit({"summary": w.result("s2")})
+    return attempt
+
+
+def _supervised(store: outlive.Backend, fate: str, clock: list[int],
+                **lease: Any) -> outlive.Supervisor:
+    definition = outlive.WorkDefinition(
+        work_id="w", attempt=_waits_then(fate), contract=CONTRACT, inputs=lambda v: V1,
+        lease=dataclasses.replace(LEASE, **lease))
+    return outlive.Supervisor(store, definition, outlive.TaskDispatcher(store, clock=lambda: clock[0]),
+                              clock=lambda: clock[0])
+
+
+async def _until(predicate: Any, store: outlive.Backend) -> outlive.WorkState:
+    for _ in range(500):
+        st = await store.load("w")
+        if st is not None and predicate(st):
+            return st
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never reached: {await store.load('w')}")
+
+
+async def test_a_waiting_attempt_whose_runner_died_is_suspected(store: outlive.Backend) -> None:
+    clock = [_ms()]
+    sup = _supervised(store, "dies", clock)
+    try:
+        await sup.publish("v1", V1)
+        await sup.tick()                                    # admits and dispatches #1
+        task = sup.dispatcher.tasks[("w", 1)]               # type: ignore[attr-defined]
+        await asyncio.wait_for(asyncio.shield(task), 10)   # the runner is gone
+        st = await store.load("w")
+        assert st is not None and st.attempts[0].state is outlive.AttemptState.WAITING
+        status = await sup.tick()                           # no time passed: no lease ran out
+        assert "marked #1 unknown (silent)" in status.actions
+        assert status.state.attempts[0].state is outlive.AttemptState.UNKNOWN
+        assert [a.number for a in status.state.attempts] == [1, 2]
+    finally:
+        await sup.close()
+
+
+async def test_a_wait_past_the_kinds_limit_is_suspected(store: outlive.Backend) -> None:
+    clock = [_ms()]
+    sup = _supervised(store, "hangs", clock, wait_limit=5_000)
+    try:
+        await sup.publish("v1", V1)
+        await sup.tick()
+        st = await _until(lambda s: s.attempts[0].state is outlive.AttemptState.WAITING, store)
+        since = st.attempts[0].waiting_since
+        assert since is not None
+        assert L.suspect_at(st.attempts[0], timeout=LEASE.timeout, wait_limit=5_000) == \
+            since + 5_001
+        clock[0] = since + 5_000                            # at the limit: still a wait
+        assert (await sup.tick()).actions == ()
+        clock[0] = since + 5_001                            # past it: suspected
+        status = await sup.tick()
+        assert "marked #1 unknown (silent)" in status.actions
+        assert L.suspicion(st.attempts[0], clock[0], timeout=LEASE.timeout,
+                           wait_limit=5_000) == "wait limit"
+        assert [a.number for a in status.state.attempts] == [1, 2]
+    finally:
+        await sup.close()
+
+
+async def test_without_a_wait_limit_a_wait_is_never_suspected(store: outlive.Backend) -> None:
+    clock = [_ms()]
+    sup = _supervised(store, "hangs", clock)
+    try:
+        await sup.publish("v1", V1)
+        await sup.tick()
+        await _until(lambda s: s.attempts[0].state is outlive.AttemptState.WAITING, store)
+        clock[0] += 100 * LEASE.timeout
+        status = await sup.tick()
+        assert status.actions == () and len(status.state.attempts) == 1
+    finally:
+        await sup.close()
+
+
+async def test_an_exception_inside_waiting_leaves_the_attempt_running(
+        store: outlive.Backend) -> None:
+    _ctl, w = await started(store)
+    with pytest.raises(KeyError):
+        async with w.waiting("approval by the editor"):
+            raise KeyError("the approval service answered garbage")
+    st = await store.load("w")
+    assert st is not None
+    att = st.attempts[0]
+    assert att.state is outlive.AttemptState.RUNNING
+    assert att.waiting_for is None and att.waiting_since is None

@@ -45,16 +45,18 @@ class Controller:
 
     ``start_grace`` (ms) replaces that limit for an attempt admitted but not yet heard from, so a
     process that takes a while to start is not suspected before it could say anything.
+    ``wait_limit`` (ms): a wait longer than this is suspected too (None: never).
     """
 
     def __init__(self, backend: Backend, *, clock: Callable[[], int] = wall_clock_ms,
                  heartbeat_interval: int = 10_000, missed_beats: int = 2,
-                 start_grace: int | None = None) -> None:
+                 start_grace: int | None = None, wait_limit: int | None = None) -> None:
         self.backend = backend
         self.clock = clock
         self.heartbeat_interval = heartbeat_interval
         self.missed_beats = missed_beats
         self.start_grace = start_grace
+        self.wait_limit = wait_limit
 
     async def open_work(self, work_id: str, policy: Policy | None = None, *,
                         epoch_floor: int = 0) -> None:
@@ -109,11 +111,11 @@ class Controller:
         limit = self.heartbeat_interval * self.missed_beats
         marked: list[Attempt] = []
         for att in st.attempts:
-            unheard = att.state is AttemptState.ADMITTED and self.start_grace is not None
-            if L.is_leased(att) and now - att.last_heartbeat > (
-                    max(limit, self.start_grace or 0) if unheard else limit):
-                out = await _observe.execute(
-                    self.backend, work_id, L.MarkUnknown(attempt=att.number, at=now, signs=att.signs))
+            if L.suspicion(att, now, timeout=limit, start_grace=self.start_grace,
+                           wait_limit=self.wait_limit) is not None:
+                out = await _observe.execute(self.backend, work_id, L.MarkUnknown(
+                    attempt=att.number, at=now, signs=att.signs,
+                    waiting=att.state is AttemptState.WAITING))
                 if out.kind == "unknown":
                     marked.append(out.record)
         return marked

@@ -86,6 +86,8 @@ __all__ = [
     "key_hash",
     "reads",
     "result_id",
+    "suspect_at",
+    "suspicion",
 ]
 
 #: Largest result, candidate content or effect payload a record may carry (canonical bytes).
@@ -151,11 +153,16 @@ class MarkUnknown:
 
     ``signs`` makes it a compare-and-set: it applies only if the attempt showed no sign of life
     since the observer read it (None: unconditionally, for an operator who knows it is gone).
+
+    A ``waiting`` attempt is left alone (waiting is not silence) unless ``waiting`` is set: the
+    observer knows the wait is over without a word, because the attempt's runner is dead or
+    the wait passed the kind's limit (:func:`suspicion` says which).
     """
 
     attempt: int
     at: int
     signs: int | None = None
+    waiting: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -464,6 +471,52 @@ def is_live(attempt: Attempt | None) -> bool:
     return attempt is not None and attempt.state in LIVE_STATES
 
 
+def suspicion(attempt: Attempt | None, now: int, *, timeout: int, start_grace: int | None = None,
+              wait_limit: int | None = None, runner_gone: bool = False) -> str | None:
+    """Why ``attempt`` is to be marked ``unknown`` at ``now``, or None: the one rule for every
+    watcher (the controller, the supervisor, the runtime).
+
+    ``"runner gone"``: its runner is known dead (a process exited, a task ended) without
+    finishing: whatever its state, waiting included, nothing of it can write any more.
+    ``"silent"``: admitted or running, and no sign of life for ``timeout`` ms (``start_grace``
+    instead, if longer, for an attempt not heard from yet). ``"wait limit"``: waiting for longer
+    than the kind's ``wait_limit`` ms since the wait began (None: a wait is never suspected).
+    ``now`` is the watcher's clock; the times it compares with were bounded by the store's.
+    Mark with ``MarkUnknown(..., waiting=attempt.state is WAITING)``.
+    """
+    if attempt is None or attempt.state not in LIVE_STATES:
+        return None
+    if runner_gone:
+        return "runner gone"
+    if attempt.state is AttemptState.WAITING:
+        since = attempt.waiting_since if attempt.waiting_since is not None else attempt.last_heartbeat
+        if wait_limit is not None and now - since > wait_limit:
+            return "wait limit"
+        return None
+    limit = timeout
+    if attempt.state is AttemptState.ADMITTED and start_grace is not None:
+        limit = max(timeout, start_grace)
+    return "silent" if now - attempt.last_heartbeat > limit else None
+
+
+def suspect_at(attempt: Attempt | None, *, timeout: int, start_grace: int | None = None,
+               wait_limit: int | None = None) -> int | None:
+    """The first time at which :func:`suspicion` says ``"silent"`` or ``"wait limit"`` for
+    ``attempt`` if nothing changes meanwhile; None if never (ended, or waiting with no limit).
+    For a watcher that sleeps until the next deadline instead of polling."""
+    if attempt is None or attempt.state not in LIVE_STATES:
+        return None
+    if attempt.state is AttemptState.WAITING:
+        if wait_limit is None:
+            return None
+        since = attempt.waiting_since if attempt.waiting_since is not None else attempt.last_heartbeat
+        return since + wait_limit + 1
+    limit = timeout
+    if attempt.state is AttemptState.ADMITTED and start_grace is not None:
+        limit = max(timeout, start_grace)
+    return attempt.last_heartbeat + limit + 1
+
+
 def is_leased(attempt: Attempt | None) -> bool:
     """Whether ``attempt``'s silence is suspicious (admitted or running; waiting is not)."""
     return attempt is not None and attempt.state in LEASED_STATES
@@ -612,7 +665,8 @@ def _alive(att: Attempt, at: int, *, resume: bool = True) -> Attempt:
     keep = att.state is AttemptState.WAITING and not resume
     return evolve(att, state=AttemptState.WAITING if keep else AttemptState.RUNNING,
                    last_heartbeat=max(att.last_heartbeat, at), signs=att.signs + 1,
-                   waiting_for=att.waiting_for if keep else None)
+                   waiting_for=att.waiting_for if keep else None,
+                   waiting_since=att.waiting_since if keep else None)
 
 
 def _touch(state: WorkState, att: Attempt, at: int, stale: bool) -> tuple[Attempt, ...]:
@@ -901,11 +955,11 @@ def _unknown(state: WorkState, cmd: MarkUnknown, now: int | None) -> tuple[WorkS
     att = state.attempt(cmd.attempt)
     if att is None:
         raise E.NotFound(f"attempt #{cmd.attempt} does not exist", attempt=cmd.attempt)
-    if not is_leased(att):
+    if not is_leased(att) and not (cmd.waiting and att.state is AttemptState.WAITING):
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)   # waiting is not silence
     if cmd.signs is not None and att.signs != cmd.signs:
         return state, Outcome(kind="alive", record=att, seq=state.seq)  # it beat meanwhile
-    att = evolve(att, state=AttemptState.UNKNOWN)
+    att = evolve(att, state=AttemptState.UNKNOWN, waiting_since=None)
     effects = tuple(
         evolve(e, state=EffectState.AMBIGUOUS)
         if e.attempt == att.number and e.state is EffectState.INTENDED else e
@@ -1055,6 +1109,7 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
     fields["last_heartbeat"] = max(att.last_heartbeat, at)
     fields["signs"] = att.signs + 1
     fields["waiting_for"] = None
+    fields["waiting_since"] = None
     alive = _NEW(Attempt)
     _SET(alive, "__dict__", fields)
     attempts = state.attempts
@@ -1103,6 +1158,7 @@ def _beat_usual(state: WorkState, cmd: Heartbeat,
     fields["last_heartbeat"] = max(att.last_heartbeat, at)
     fields["signs"] = att.signs + 1
     fields["waiting_for"] = att.waiting_for if waiting else None
+    fields["waiting_since"] = att.waiting_since if waiting else None
     fields["heartbeats"] = att.heartbeats + 1
     alive = _NEW(Attempt)
     _SET(alive, "__dict__", fields)
@@ -1322,8 +1378,11 @@ def _wait(state: WorkState, cmd: Wait, now: int | None) -> tuple[WorkState, Outc
         raise E.InvalidRecord("a wait says what it waits for", field="reason")
     if stale:
         return state, Outcome(kind="ignored", record=att, seq=state.seq)
-    att = evolve(att, state=AttemptState.WAITING, waiting_for=cmd.reason,
-                  last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)), signs=att.signs + 1)
+    at = _when(cmd.at, now)
+    since = att.waiting_since if att.state is AttemptState.WAITING and att.waiting_since is not None \
+        else at      # a second Wait while waiting keeps the wait's start: the limit is not reset
+    att = evolve(att, state=AttemptState.WAITING, waiting_for=cmd.reason, waiting_since=since,
+                  last_heartbeat=max(att.last_heartbeat, at), signs=att.signs + 1)
     seq = state.seq + 1
     return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
         kind="waiting", record=att, seq=seq)
@@ -1333,7 +1392,7 @@ def _resume(state: WorkState, cmd: Resume, now: int | None) -> tuple[WorkState, 
     att, _stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     if att.state is not AttemptState.WAITING:
         return state, Outcome(kind="unchanged", record=att, seq=state.seq)
-    att = evolve(att, state=AttemptState.RUNNING, waiting_for=None,
+    att = evolve(att, state=AttemptState.RUNNING, waiting_for=None, waiting_since=None,
                   last_heartbeat=max(att.last_heartbeat, _when(cmd.at, now)), signs=att.signs + 1)
     seq = state.seq + 1
     return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(
@@ -1348,6 +1407,7 @@ def _fail(state: WorkState, cmd: Fail, now: int | None) -> tuple[WorkState, Outc
         return state, Outcome(kind="ignored", record=att, seq=state.seq)
     at = _when(cmd.at, now)
     att = evolve(att, state=AttemptState.FAILED, error=evolve(cmd.error, at=at), waiting_for=None,
+                 waiting_since=None,
                  last_heartbeat=max(att.last_heartbeat, at), signs=att.signs + 1)
     seq = state.seq + 1
     return evolve(state, attempts=_replace_attempt(state, att), seq=seq), Outcome(

@@ -122,6 +122,8 @@ class Attempt:
     request_id: str | None = None
     #: What a ``waiting`` attempt waits for (a person, an event); None otherwise.
     waiting_for: str | None = None
+    #: When the current wait began (store-bounded), for a kind's wait limit; None unless waiting.
+    waiting_since: int | None = None
     key_hash: str | None = None
     signs: int = 0
     secret: str | None = field(default=None, repr=False, compare=False)

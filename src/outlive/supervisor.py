@@ -133,6 +133,10 @@ class Lease:
     #: scheduling it) before it counts as silent. A runner that is seen to die is taken over
     #: at once regardless.
     start_grace: int = 30_000
+    #: How long (ms) an attempt may wait on a person or an outside event before the wait is
+    #: suspected like silence (``unknown``, and a successor). None: a wait is never suspected
+    #: (a runner seen to die while waiting is, at once). The rule: :func:`outlive.ledger.suspicion`.
+    wait_limit: int | None = None
 
     @property
     def timeout(self) -> int:
@@ -469,7 +473,8 @@ class Supervisor:
         self.controller = Controller(backend, clock=clock,
                                      heartbeat_interval=definition.lease.heartbeat_interval,
                                      missed_beats=definition.lease.missed_beats,
-                                     start_grace=definition.lease.start_grace)
+                                     start_grace=definition.lease.start_grace,
+                                     wait_limit=definition.lease.wait_limit)
         self._assessor: Assessor | None = (
             None if definition.assessor is None else resolve(definition.assessor))
 
@@ -550,10 +555,11 @@ class Supervisor:
     async def suspect(self, state: WorkState | None = None) -> list[Attempt]:
         """Mark silent attempts ``unknown`` and ask the dispatcher to stop them; return them.
 
-        Silence is a lease gone by on the supervisor's clock (``waiting`` is never silence), or a
-        runner the dispatcher knows is gone (a process that exited without finishing): a dead
-        runner cannot write, so there is nothing to wait for. Nothing is done when the
-        dispatcher's engine drives takeover itself.
+        Silence is a lease gone by on the supervisor's clock, or a wait longer than the lease's
+        ``wait_limit`` (a wait within it is never silence), or a runner the dispatcher knows is
+        gone (a process that exited without finishing), waiting or not: a dead runner cannot
+        write, so there is nothing to wait for. The rule is :func:`outlive.ledger.suspicion`.
+        Nothing is done when the dispatcher's engine drives takeover itself.
         """
         if self.dispatcher.drives_takeover:
             return []
@@ -561,11 +567,14 @@ class Supervisor:
         marked = await self.controller.observe(self.work_id, st)
         seen = {a.number for a in marked}
         for att in st.attempts:
-            if att.number in seen or not L.is_leased(att):
+            if att.number in seen or not L.is_live(att):
                 continue
-            if self.dispatcher.gone(Assignment.of(self.backend, self.definition, att)):
-                out = await _observe.execute(
-                    self.backend, self.work_id, L.MarkUnknown(attempt=att.number, at=self.clock()))
+            gone = self.dispatcher.gone(Assignment.of(self.backend, self.definition, att))
+            if L.suspicion(att, self.clock(), timeout=self.definition.lease.timeout,
+                           runner_gone=gone) == "runner gone":
+                out = await _observe.execute(self.backend, self.work_id, L.MarkUnknown(
+                    attempt=att.number, at=self.clock(),
+                    waiting=att.state is AttemptState.WAITING))
                 if out.kind == "unknown":
                     marked.append(out.record)
         for att in marked:
@@ -640,11 +649,10 @@ class Supervisor:
             lease = self.definition.lease
             now = self.clock()
             for att in status.state.attempts:
-                if not L.is_leased(att):
-                    continue
-                limit = (max(lease.timeout, lease.start_grace)
-                         if att.state is AttemptState.ADMITTED else lease.timeout)
-                wait = min(wait, (att.last_heartbeat + limit + 1 - now) / 1000)
+                due = L.suspect_at(att, timeout=lease.timeout, start_grace=lease.start_grace,
+                                   wait_limit=lease.wait_limit)
+                if due is not None:
+                    wait = min(wait, (due - now) / 1000)
         return max(wait, min(self.poll, 0.005))
 
     async def run(self, *, on_status: Callable[[Status], Any] | None = None) -> Completed:
