@@ -222,6 +222,22 @@ class Worker:
                              token=self.token, attempt=self.attempt.number, work_id=self.work_id)
         return st
 
+    async def rejoin(self) -> WorkState:
+        """Carry on this attempt in another process than the one that claimed it (a person
+        answered its wait there): read the journal without claiming again, and count the steps
+        this attempt journaled as this worker's own, so that its candidate names every one of
+        them, not only those run in this process. The caller proves the attempt is free (it
+        waits, and only one rejoiner ends that wait: a compare-and-set in the ledger)."""
+        st = await self.start(claim=False)
+        for e in st.journal:
+            if e.attempt == self.attempt.number and not e.stale:
+                key = e.input_key if e.input_key is not None else input_key(e.step, e.sources)
+                self._results[e.step] = e.result
+                self._parts[e.step] = (key, dict(e.sources), e.result_id, e.external)
+                self.steps[e.step] = _STEP_RECORD(step=e.step, input_key=key,
+                                                  result_id=e.result_id, restored=False)
+        return st
+
     def _st(self) -> WorkState:
         if self._state is None:
             raise InvalidRecord("call Worker.start() before working")
