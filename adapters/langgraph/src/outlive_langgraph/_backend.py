@@ -39,6 +39,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint
 from langgraph.pregel import Pregel
 
+from outlive import Worker
+from outlive import ledger as L
 from outlive._memory import MemoryBackend
 from outlive.backend import Backend, StepCall
 from outlive.errors import BackendUnavailable, InvalidRecord
@@ -105,6 +107,31 @@ class LangGraphBackend(Backend):
         super().__init__(url)
         self.durability: Durability = parse_url(url, self.store_options).durability
         self._program: Pregel[Any, Any, Any, Any] | None = None
+        self._secrets: dict[tuple[str, int], str] = {}
+
+    # -- a person's wait, answered from any process ---------------------------------------------
+    async def record_wait(self, worker: Worker, reason: str) -> None:
+        """Record ``waiting`` for ``worker``'s attempt and keep its secret beside the graph's
+        checkpoints, so that :func:`~outlive_langgraph.rejoin` in another process can carry the
+        attempt on when a person answers (the first process may be long gone by then).
+
+        The secret is kept where the thread's checkpoints are (the same database), readable by
+        whoever runs the graph and never handed to a step; the ledger keeps only its hash. It
+        is kept before the wait is recorded (on ``langgraph+sqlite``: in the same transaction),
+        so an attempt the ledger shows waiting can always be rejoined.
+        """
+        att = worker.attempt
+        if att.secret is not None:
+            await self.keep_secret(worker.work_id, att.number, att.secret)
+        await worker.wait(reason)
+
+    async def keep_secret(self, work_id: str, attempt: int, secret: str) -> None:
+        """Keep the secret of a waiting attempt (this backend: in this process's memory)."""
+        self._secrets[(work_id, attempt)] = secret
+
+    async def kept_secret(self, work_id: str, attempt: int) -> str | None:
+        """The secret :meth:`keep_secret` kept for the attempt, or None."""
+        return self._secrets.get((work_id, attempt))
 
     # -- the engine side -----------------------------------------------------------------------
     @property
@@ -282,6 +309,14 @@ class LangGraphBackend(Backend):
             _BODIES.pop(key, None)
 
 
+#: The secrets of waiting attempts (see ``LangGraphBackend.record_wait``), beside LangGraph's tables.
+_SECRETS_TABLE = ("CREATE TABLE IF NOT EXISTS outlive_langgraph_secrets (work_id TEXT NOT NULL, "
+                  "attempt INTEGER NOT NULL, secret TEXT NOT NULL, PRIMARY KEY (work_id, attempt))")
+_KEEP_SECRET = ("INSERT OR REPLACE INTO outlive_langgraph_secrets (work_id, attempt, secret) "
+                "VALUES (?, ?, ?)")
+_KEPT_SECRET = "SELECT secret FROM outlive_langgraph_secrets WHERE work_id = ? AND attempt = ?"
+
+
 class _Ledger(Protocol):
     async def execute(self, work_id: str, command: Command) -> Outcome: ...
     async def load(self, work_id: str) -> WorkState | None: ...
@@ -361,6 +396,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=FULL")
             await conn.executescript(SCHEMA)
+            await conn.execute(_SECRETS_TABLE)
             # A truncated or damaged file fails here, before anything is written, not mid-run.
             problems = [r[0] for r in await conn.execute_fetchall("PRAGMA quick_check")]
             if problems != ["ok"]:
@@ -523,6 +559,42 @@ class LangGraphSqliteBackend(LangGraphBackend):
         if wrote and announce:
             saver.wrote(slot, writes)
         return out, bool(wrote)
+
+    async def record_wait(self, worker: Worker, reason: str) -> None:
+        """``waiting`` and the attempt's kept secret, one transaction (see the base class)."""
+        att = worker.attempt
+        command = L.Wait(attempt=att.number, token=att.token, reason=reason, at=worker.clock(),
+                         secret=att.secret)
+        ledger, row = self._store, (worker.work_id, att.number, att.secret)
+
+        def run(conn: sqlite3.Connection) -> Outcome:
+            before = ledger.before_commit
+
+            def also(tx: sqlite3.Connection) -> None:
+                if before is not None:
+                    before(tx)
+                if row[2] is not None:
+                    tx.execute(_KEEP_SECRET, row)
+
+            ledger.before_commit = also  # this connection's thread, one write at a time
+            try:
+                return ledger.run(conn, worker.work_id, command)
+            finally:
+                ledger.before_commit = before
+
+        await self._in_thread(run)
+
+    async def keep_secret(self, work_id: str, attempt: int, secret: str) -> None:
+        def keep(conn: sqlite3.Connection) -> None:
+            with conn:
+                conn.execute(_KEEP_SECRET, (work_id, attempt, secret))
+
+        await self._in_thread(keep)
+
+    async def kept_secret(self, work_id: str, attempt: int) -> str | None:
+        row = await self._in_thread(
+            lambda conn: conn.execute(_KEPT_SECRET, (work_id, attempt)).fetchone())
+        return None if row is None else str(row[0])
 
     async def load(self, work_id: str) -> WorkState | None:
         store = self._store

@@ -49,7 +49,7 @@ from outlive.ledger import check_owner
 from outlive.records import WorkState
 from outlive.sqlstore import SqliteLedgerStore
 
-from ._context import TaskWrite, owner_of
+from ._context import TaskWrite, is_special, note_wait, owner_of
 
 __all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "NodeEntry", "TaskWrites", "may_write"]
 
@@ -130,6 +130,9 @@ class TaskWrites:
 class FencedCheckpointer(BaseCheckpointSaver[Any]):
     """Any LangGraph saver, with outlive attempts' writes checked against the ledger first."""
 
+    #: An attempt's ``interrupt()`` and ``Command(resume=...)`` are recorded by the saver.
+    records_waits = True
+
     def __init__(self, inner: BaseCheckpointSaver[Any], backend: Backend, *,
                  peek: Callable[[str], WorkState | None] | None = None) -> None:
         super().__init__(serde=inner.serde)
@@ -159,6 +162,8 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
         await self._check(config)
+        if is_special(writes):
+            await note_wait(config, writes)
         await self.inner.aput_writes(config, writes, task_id, task_path)
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -321,6 +326,9 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
     ``AsyncSqliteSaver``), ``COMMIT``. No admission can commit in between, and a refused write
     leaves nothing. Reads are the saver's own statements (``aget_tuple``'s as one call).
     """
+
+    #: An attempt's ``interrupt()`` and ``Command(resume=...)`` are recorded by the saver.
+    records_waits = True
 
     def __init__(self, conn: aiosqlite.Connection, store: SqliteLedgerStore) -> None:
         AsyncSqliteSaver.__init__(self, conn)
@@ -505,6 +513,8 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
                           task_id: str, task_path: str = "") -> None:
         if self.on_write and await self.journal_on_write(config, writes, task_id, task_path):
             return  # written with the step's journal entry, in its transaction
+        if is_special(writes):
+            await note_wait(config, writes)   # a person's wait begins or ends
         conf = config["configurable"]
         if self._carried:
             self.release(str(conf["thread_id"]))   # no journal entry will carry them now

@@ -14,10 +14,16 @@ from langgraph._internal._constants import (
     CONFIG_KEY_CHECKPOINT_MAP,
     CONFIG_KEY_READ,
     CONFIG_KEY_TASK_ID,
+    INTERRUPT,
     NS_SEP,
+    RESUME,
 )
+from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.config import get_config
 from langgraph.pregel._algo import PregelTaskWrites, task_path_str
+
+from outlive import Worker
+from outlive import ledger as L
 
 Durability = Literal["sync", "async", "exit"]
 DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
@@ -29,6 +35,50 @@ INSIDE_TASK: ContextVar[bool] = ContextVar("outlive_langgraph_inside_task", defa
 #: Keys added to the user's ``configurable``: plain scalars, so LangGraph also copies them into
 #: every checkpoint's metadata (each checkpoint names the attempt that wrote it).
 OWNER_KEYS = ("outlive_work", "outlive_attempt", "outlive_token")
+
+
+#: The Worker object itself in ``configurable`` ("__" keys never reach checkpoint metadata).
+WORKER_KEY = "__outlive_worker"
+
+
+def worker_of(config: RunnableConfig | None) -> Worker | None:
+    found = ((config or {}).get("configurable") or {}).get(WORKER_KEY)
+    return found if isinstance(found, Worker) else None
+
+
+async def note_wait(config: RunnableConfig, writes: Any) -> None:
+    """LangGraph saves a person's wait (``interrupt()``) or its answer (``Command(resume=...)``)
+    for an outlive attempt: record ``waiting`` / ``running`` in the ledger first.
+
+    Called by every fenced saver before it writes a ``put_writes`` of LangGraph's special
+    channels, so that every way of invoking the graph (``ainvoke`` with
+    ``attempt_config``, ``run``, ``astream``) records the wait, whatever the durability. A wait
+    also keeps the attempt's secret where the graph's database keeps it (see
+    ``LangGraphBackend.record_wait``): a person may answer from any process.
+    """
+    worker = worker_of(config)
+    if worker is None:
+        return
+    asked = next((v for c, v in writes if c == INTERRUPT), None)
+    if asked is not None:
+        first = getattr(asked[0], "value", asked[0]) if isinstance(asked, (list, tuple)) \
+            and asked else asked
+        reason = f"interrupt: {first if isinstance(first, str) else repr(first)}"[:200]
+        record = getattr(worker.backend, "record_wait", None)
+        if record is not None:
+            await record(worker, reason)
+        else:
+            await worker.wait(reason)
+    elif any(c == RESUME for c, _ in writes):
+        att = worker.attempt
+        await worker.backend.execute(worker.work_id, L.Resume(
+            attempt=att.number, token=att.token, at=worker.clock(), secret=att.secret))
+
+
+def is_special(writes: Any) -> bool:
+    """Whether ``writes`` include one of LangGraph's special channels (errors, interrupts,
+    resumes, scheduled tasks): never merged with a journal entry."""
+    return any(w[0] in WRITES_IDX_MAP for w in writes)
 
 
 def owner_of(config: RunnableConfig | None) -> tuple[str, int, int] | None:

@@ -27,6 +27,7 @@ import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 from langchain_core.runnables import RunnableConfig
@@ -35,9 +36,10 @@ from langgraph.func import task
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
-from outlive import External, Worker
-from outlive.backend import StepCall
-from outlive.errors import ConfigError, InvalidRecord
+from outlive import Controller, External, Worker
+from outlive import ledger as L
+from outlive.backend import Backend, StepCall
+from outlive.errors import AttemptClaimed, AttemptEnded, ConfigError, InvalidRecord, NotFound
 from outlive.hashing import content_hash, input_key
 from outlive.records import AttemptState
 from outlive.worker import Persist
@@ -45,6 +47,7 @@ from outlive.worker import Persist
 from ._context import (
     INSIDE_TASK,
     PENDING_TASK_WRITE,
+    WORKER_KEY,
     Durability,
     PendingTaskWrite,
     first_of,
@@ -55,19 +58,20 @@ __all__ = [
     "OutliveTask",
     "astream",
     "attempt_config",
+    "begin",
     "current_worker",
     "durability_for",
     "outlive_node",
     "outlive_task",
     "persist_for",
+    "rejoin",
     "run",
 ]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: The Worker object itself ("__" keys never reach checkpoint metadata).
-_WORKER_KEY = "__outlive_worker"
+_WORKER_KEY = WORKER_KEY
 _ENVELOPE = "__outlive_step__"
 
 _PERSIST: dict[str, Persist] = {"sync": "step", "async": "step", "exit": "end"}
@@ -427,13 +431,16 @@ async def run(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Worker
     """
     d = _durability(worker, durability)
     cfg = _config(worker, config, thread_id)
-    await _resuming(worker, input)
+    records = _records_waits(program, d)
+    if not records:
+        await _resuming(worker, input)
     token = _RUN.set(worker)
     try:
         out = await program.ainvoke(input, cfg, durability=d)
     finally:
         _RUN.reset(token)
-    await _record_wait(program, worker, cfg)
+    if not records:
+        await _record_wait(program, worker, cfg)
     return out
 
 
@@ -443,10 +450,79 @@ async def astream(program: Pregel[Any, Any, Any, Any], input: Any, *, worker: Wo
     """``program.astream`` for ``worker``'s attempt (``stream_mode`` and the rest pass through)."""
     d = _durability(worker, durability)
     cfg = _config(worker, config, None)
-    await _resuming(worker, input)
+    records = _records_waits(program, d)
+    if not records:
+        await _resuming(worker, input)
     async for chunk in program.astream(input, cfg, durability=d, **kwargs):
         yield chunk
-    await _record_wait(program, worker, cfg)
+    if not records:
+        await _record_wait(program, worker, cfg)
+
+
+def _records_waits(program: Pregel[Any, Any, Any, Any], durability: Durability) -> bool:
+    """Whether the graph's saver records the attempt's waits itself, as LangGraph saves them
+    (every fenced saver does; under ``"exit"`` the answer is saved only at the end, so the wait
+    is ended here, before the run)."""
+    return durability != "exit" and bool(getattr(program.checkpointer, "records_waits", False))
+
+
+async def begin(backend: Backend, work_id: str, version: str, parts: Mapping[str, Any], *,
+                persist: Persist = "step") -> Worker:
+    """Open ``work_id`` (if new), publish ``version`` and start its first attempt's Worker: for
+    a graph your own code drives (a web request that starts a review) rather than a runtime.
+
+    The attempt is admitted before anything runs; pass ``attempt_config(worker, config)`` to the
+    graph. An attempt that waits on a person is carried on with :func:`rejoin`, from any process.
+    """
+    ctl = Controller(backend)
+    if await backend.load(work_id) is None:
+        await ctl.open_work(work_id)
+    await ctl.publish(work_id, version, parts)
+    worker = Worker(backend, await ctl.admit(work_id, pin=version), dict(parts), persist=persist)
+    await worker.start()
+    return worker
+
+
+async def rejoin(backend: Backend, work_id: str, inputs: Mapping[str, Any] | None = None, *,
+                 persist: Persist = "step", clock: Callable[[], int] | None = None) -> Worker:
+    """The Worker of ``work_id``'s waiting attempt, in this process: a person's answer
+    (``Command(resume=...)``) may come to any process, not only the one that ran the graph to
+    its ``interrupt()``.
+
+    The attempt's secret comes from where the graph's database kept it when the wait was
+    recorded; the worker counts every step the attempt journaled as its own (its candidate
+    names them all, not only those the resumed run touches). Rejoining ends the wait in the
+    ledger, as a compare-and-set: of two processes answering one wait, the second is refused
+    (:class:`~outlive.errors.AttemptClaimed`). From then on the attempt is ``running`` and
+    its lease counts again: renew it (``worker.renewing``) around a resumed run longer than it.
+    """
+    st = await backend.load(work_id)
+    if st is None:
+        raise NotFound(f"work {work_id!r} is not open", work_id=work_id)
+    att = st.current_attempt
+    if att is None:
+        raise NotFound(f"work {work_id!r} has no attempt to rejoin", work_id=work_id)
+    if att.state is not AttemptState.WAITING:
+        if att.state in (AttemptState.ADMITTED, AttemptState.RUNNING):
+            raise AttemptClaimed(f"attempt #{att.number} of {work_id} is {att.state.value}, not "
+                                 "waiting: its wait was answered already, or it never waited",
+                                 attempt=att.number, work_id=work_id)
+        raise AttemptEnded(f"attempt #{att.number} of {work_id} is {att.state.value}: nothing "
+                           "to rejoin", attempt=att.number, work_id=work_id)
+    kept = getattr(backend, "kept_secret", None)
+    secret = await kept(work_id, att.number) if kept is not None else None
+    if secret is None and att.key_hash is not None:
+        raise NotFound(f"the secret of attempt #{att.number} of {work_id} was not kept: it "
+                       "waited outside a graph checkpointed on this backend", work_id=work_id)
+    worker = Worker(backend, replace(att, secret=secret), inputs, persist=persist,
+                    **({"clock": clock} if clock is not None else {}))
+    await worker.rejoin()
+    out = await backend.execute(work_id, L.Resume(attempt=att.number, token=att.token,
+                                                  at=worker.clock(), secret=secret))
+    if out.kind != "resumed":
+        raise AttemptClaimed(f"another process answered the wait of attempt #{att.number} of "
+                             f"{work_id} first", attempt=att.number, work_id=work_id)
+    return worker
 
 
 async def _resuming(worker: Worker, input: Any) -> None:

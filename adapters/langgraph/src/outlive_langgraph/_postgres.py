@@ -50,9 +50,17 @@ from outlive.sqlstore import Read, Write, load_flow, pg_write_carries, pg_write_
 
 from ._backend import _CoreLedgerBackend
 from ._checkpoint import HoldsWrites, TaskWrites, may_write
-from ._context import TaskWrite, owner_of
+from ._context import TaskWrite, is_special, note_wait, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
+
+#: The secrets of waiting attempts (see ``LangGraphBackend.record_wait``), beside LangGraph's tables.
+_SECRETS_TABLE = ("CREATE TABLE IF NOT EXISTS outlive_langgraph_secrets (work_id TEXT NOT NULL, "
+                  "attempt INTEGER NOT NULL, secret TEXT NOT NULL, PRIMARY KEY (work_id, attempt))")
+_KEEP_SECRET = ("INSERT INTO outlive_langgraph_secrets (work_id, attempt, secret) "
+                "VALUES (%s, %s, %s) ON CONFLICT (work_id, attempt) DO UPDATE SET secret = "
+                "EXCLUDED.secret")
+_KEPT_SECRET = "SELECT secret FROM outlive_langgraph_secrets WHERE work_id = %s AND attempt = %s"
 
 #: The attempt a fenced ``aput``/``aput_writes`` in this task writes for (None: not fenced).
 _WRITING_FOR: ContextVar[tuple[str, int, int] | None] = ContextVar(
@@ -272,6 +280,9 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
     LangGraph's own.
     """
 
+    #: An attempt's ``interrupt()`` and ``Command(resume=...)`` are recorded by the saver.
+    records_waits = True
+
     def __init__(self, conn: psycopg.AsyncConnection[DictRow], ledger: PostgresLedger) -> None:
         AsyncPostgresSaver.__init__(self, conn)
         TaskWrites.__init__(self)
@@ -344,6 +355,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
                           task_id: str, task_path: str = "") -> None:
         if self.on_write and await self.journal_on_write(config, writes, task_id, task_path):
             return  # written with the step's journal entry, in its statement
+        if is_special(writes):
+            await note_wait(config, writes)   # a person's wait begins or ends
         landing = self.in_flight.get(task_id)
         if landing is not None:
             self.waited += 1
@@ -630,6 +643,7 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
                          "-c synchronous_commit=on"))
             self._saver = FencedAsyncPostgresSaver(self._saver_conn, self.ledger)
             await self._saver.setup()
+            await self._secrets_sql(_SECRETS_TABLE, ())
         except psycopg.OperationalError as exc:
             await self.close()
             raise BackendUnavailable(f"{self.url}: PostgreSQL is not reachable: {exc}",
@@ -722,6 +736,22 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         if step.done():   # restored, refused, failed, or written without a carrier
             return step.result()
         return deferred.result
+
+    async def _secrets_sql(self, query: str, params: tuple[Any, ...]) -> Any:
+        saver = self._saver
+        if saver is None:
+            raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
+        async with saver.lock, saver.conn.cursor(row_factory=tuple_row) as cur:  # type: ignore[union-attr]
+            await cur.execute(query, params)
+            return await cur.fetchone() if cur.description is not None else None
+
+    async def keep_secret(self, work_id: str, attempt: int, secret: str) -> None:
+        """In a table beside LangGraph's, in the same database (see ``record_wait``)."""
+        await self._secrets_sql(_KEEP_SECRET, (work_id, attempt, secret))
+
+    async def kept_secret(self, work_id: str, attempt: int) -> str | None:
+        row = await self._secrets_sql(_KEPT_SECRET, (work_id, attempt))
+        return None if row is None else str(row[0])
 
     async def close(self) -> None:
         self._program = None  # bound to this saver; a restarted backend builds a new one
