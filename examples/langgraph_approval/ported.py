@@ -1,0 +1,77 @@
+# LangGraph's approve/reject example (human-in-the-loop guide, "Approve or reject", extended
+# example), as its documentation gives it. Copyright (c) LangChain, Inc.; MIT License.
+# Ported to outlive: the person answers from another process (``... URL approve``), hours later.
+# ruff: noqa  (kept in the documentation's own style, so that the port's diff stays the port)
+from typing import Literal, TypedDict
+import asyncio, sys
+
+from langgraph.constants import START, END
+from langgraph.graph import StateGraph
+from langgraph.types import interrupt, Command
+import outlive
+from outlive_langgraph import attempt_config, begin, outlive_node, rejoin
+
+# Define the shared graph state
+class State(TypedDict):
+    llm_output: str
+    decision: str
+
+# Simulate an LLM output node
+@outlive_node(inputs=())   # the model call: a durable, fenced step
+def generate_llm_output(state: State) -> State:
+    return {"llm_output": "This is the generated output."}
+
+# Human approval node
+def human_approval(state: State) -> Command[Literal["approved_path", "rejected_path"]]:
+    decision = interrupt({
+        "question": "Do you approve the following output?",
+        "llm_output": state["llm_output"]
+    })
+
+    if decision == "approve":
+        return Command(goto="approved_path", update={"decision": "approved"})
+    else:
+        return Command(goto="rejected_path", update={"decision": "rejected"})
+
+# Next steps after approval
+def approved_node(state: State) -> State:
+    print("✅ Approved path taken.")
+    return state
+
+# Alternative path after rejection
+def rejected_node(state: State) -> State:
+    print("❌ Rejected path taken.")
+    return state
+
+# Build the graph
+builder = StateGraph(State)
+builder.add_node("generate_llm_output", generate_llm_output)
+builder.add_node("human_approval", human_approval)
+builder.add_node("approved_path", approved_node)
+builder.add_node("rejected_path", rejected_node)
+
+builder.set_entry_point("generate_llm_output")
+builder.add_edge("generate_llm_output", "human_approval")
+builder.add_edge("approved_path", END)
+builder.add_edge("rejected_path", END)
+
+async def main(url, answer=None):
+    async with await outlive.open_backend(url) as backend:
+        graph = builder.compile(checkpointer=backend.checkpointer)
+        config = {"configurable": {"thread_id": "approval-1"}}
+        if answer is None:  # Run until interrupt; this process then exits
+            worker = await begin(backend, "approval-1", "v1", {"request": "approve the output"})
+            result = await graph.ainvoke({}, config=attempt_config(worker, config))
+            print(result["__interrupt__"])
+        else:  # Resume with the human's input, in another process: the attempt carries on here
+            worker = await rejoin(backend, "approval-1")
+            final_result = await graph.ainvoke(Command(resume=answer), config=attempt_config(worker, config))
+            print(final_result)
+            cand = await worker.candidate(final_result)   # judged, then announced once:
+            await outlive.Controller(backend).assess("approval-1", cand.digest, CONTRACT, lambda c, v: (True, answer))
+            await worker.effect(f"announce:approval-1:{cand.digest}", final_result, announce)
+            await worker.finish()
+
+CONTRACT = outlive.Contract(name="approved", version="1", assessor="a person")
+announce = lambda key, decision: outlive.SqliteReceiver("feed.db").receive(key, decision, lambda conn, d: d["decision"])
+asyncio.run(main(*sys.argv[1:]))

@@ -1,0 +1,53 @@
+"""LangGraph's approve/reject example and its port: the port's person answers from a second
+OS process, after the first one exited at ``interrupt()``."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import outlive
+from outlive.records import AttemptState, EffectState
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(module: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]])}
+    return subprocess.run([sys.executable, "-m", f"examples.langgraph_approval.{module}", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_example_runs_as_published(tmp_path: Path) -> None:
+    done = _run("original", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Approved path taken." in done.stdout
+
+
+async def test_the_port_is_answered_from_a_second_process(tmp_path: Path) -> None:
+    url = f"langgraph+sqlite:///{tmp_path / 'approval.db'}"
+    asked = _run("ported", tmp_path, url)
+    assert asked.returncode == 0, asked.stderr[-2000:]
+    assert "Do you approve the following output?" in asked.stdout
+    async with await outlive.open_backend(url) as backend:
+        st = await backend.load("approval-1")
+        assert st is not None and st.attempts[0].state is AttemptState.WAITING
+    answered = _run("ported", tmp_path, url, "approve")
+    assert answered.returncode == 0, answered.stderr[-2000:]
+    assert "Approved path taken." in answered.stdout
+    assert "'decision': 'approved'" in answered.stdout
+    again = _run("ported", tmp_path, url, "reject")
+    assert again.returncode != 0 and "AttemptEnded" in again.stderr, "one wait, answered once"
+    async with await outlive.open_backend(url) as backend:
+        st = await backend.load("approval-1")
+    assert st is not None
+    assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
+    assert [acc.version for acc in st.acceptances] == ["v1"]
+    assert [e.state for e in st.effects] == [EffectState.CONFIRMED]
+    assert [(e.step, e.attempt) for e in st.journal] == [("generate_llm_output", 1)]
+    feed = sqlite3.connect(tmp_path / "feed.db")
+    assert feed.execute("SELECT count(*) FROM outlive_receiver_keys").fetchone() == (1,)
+    feed.close()
