@@ -1,5 +1,6 @@
 # LangGraph's approve/reject example (human-in-the-loop guide, "Approve or reject", extended
 # example), as its documentation gives it. Copyright (c) LangChain, Inc.; MIT License.
+# ruff: noqa  (kept in the documentation's own style, so that the port's diff stays the port)
 from typing import Literal, TypedDict
 import uuid
 

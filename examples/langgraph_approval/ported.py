@@ -1,7 +1,7 @@
 # LangGraph's approve/reject example (human-in-the-loop guide, "Approve or reject", extended
 # example), as its documentation gives it. Copyright (c) LangChain, Inc.; MIT License.
-# Ported to outlive: the person answers from another process (``... URL approve``), hours later.
 # ruff: noqa  (kept in the documentation's own style, so that the port's diff stays the port)
+# Ported to outlive: the person answers from another process (``... URL approve``), hours later.
 from typing import Literal, TypedDict
 import asyncio, sys
 

@@ -1,6 +1,7 @@
 # LangGraph's prompt-chaining tutorial ("Workflows and agents", Prompt chaining), as its
 # documentation gives it. Copyright (c) LangChain, Inc.; MIT License. Changed only where it must
 # run offline: ``llm`` is a stand-in (see _model.py) and the graph drawing is left out.
+# ruff: noqa  (kept in the documentation's own style, so that the port's diff stays the port)
 # Ported to outlive: each model call is a durable step, the run a supervised work.
 import asyncio
 import sys
