@@ -157,9 +157,7 @@ def test_the_same_run_beside_a_second_backend_and_errors_on_the_page(
     assert [p.get_attribute("data-backend") for p in panels] == ["memory://", backends["sqlite"]]
     assert len(_items(browser, backends["sqlite"], ".late-write.refused")) == 1
     assert "Identical on both backends" in browser.find_element(By.ID, "agreement").text
-    browser.set_window_size(2480, 1200)          # wide enough to see both drawings side by side
-    _shoot(browser, "04-beside-sqlite")
-    browser.set_window_size(1600, 1200)
+    _shoot(browser, "04-beside-sqlite")            # one above the other, each the column's width
 
     if "down" in backends:
         select.select_by_value(backends["down"])
@@ -185,3 +183,52 @@ def test_the_same_run_beside_a_second_backend_and_errors_on_the_page(
     assert error.is_displayed()
     assert "ScenarioError" in error.text and "missed_beats" in error.text
     _shoot(browser, "06-invalid-scenario")
+
+
+_RECORDS = ("attempt", "journal entry", "owner token", "acceptance", "effect")
+_SWITCHES = ("silent", "fencing", "progress", "change", "pins", "rule", "dies", "key")
+
+
+def test_at_1400_px_nothing_is_clipped_and_the_legend_covers_every_band(
+        browser: Any, page_url: str, backends: dict[str, str]) -> None:
+    browser.set_window_size(1400, 1000)
+    try:
+        browser.get(page_url)
+        assert _settle(browser) == "done"
+        # one paragraph tells the article's story; the glossary names every record and switch
+        story = browser.find_element(By.ID, "story").text
+        assert "Work That Outlives Its Worker" in story and "silent" in story
+        browser.find_element(By.CSS_SELECTOR, "#glossary summary").click()
+        terms = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#glossary dt")]
+        assert set(_RECORDS) | set(_SWITCHES) <= set(terms), terms
+        for run in ("main", "beside"):
+            if run == "beside":
+                Select(browser.find_element(By.ID, "backend")).select_by_value(backends["sqlite"])
+                assert _settle(browser) == "done"
+            box = browser.execute_script(
+                "return document.getElementById('drawings').getBoundingClientRect().toJSON()")
+            for drawing in browser.find_elements(By.CSS_SELECTOR, ".drawing"):
+                names = drawing.find_elements(By.CSS_SELECTOR, "svg text.lane-name")
+                assert any("newsletter" in n.text for n in names), [n.text for n in names]
+                for element in names + drawing.find_elements(By.CSS_SELECTOR, "svg .legend-entry"):
+                    r = browser.execute_script(
+                        "return arguments[0].getBoundingClientRect().toJSON()", element)
+                    assert box["left"] - 0.5 <= r["left"] and r["right"] <= box["right"] + 0.5, (
+                        element.text, r, box)
+            assert browser.execute_script(
+                "return document.documentElement.scrollWidth <= window.innerWidth")
+            _shoot(browser, f"07-1400px-{run}")
+        # the legend names every band and every mark the drawing holds
+        svg = browser.find_element(By.CSS_SELECTOR, '.drawing[data-backend="memory://"] svg')
+        legend = {e.get_attribute("data-legend") for e in svg.find_elements(
+            By.CSS_SELECTOR, ".legend-entry")}
+        bands = {str(e.get_attribute("class")) for e in svg.find_elements(
+            By.CSS_SELECTOR, "rect.life")}
+        marks = {e.get_attribute("data-glyph") for e in svg.find_elements(By.CSS_SELECTOR, "g.item")}
+        assert bands == {"life", "life silent"}, bands
+        assert bands <= legend and marks <= legend, (bands | marks) - legend
+        assert svg.find_elements(By.CSS_SELECTOR, "path.arrow") and "arrow" in legend
+    finally:
+        Select(browser.find_element(By.ID, "backend")).select_by_value("memory://")
+        _settle(browser)
+        browser.set_window_size(1600, 1200)

@@ -406,7 +406,8 @@ def render_timeline(summary: RunSummary, scenario: Scenario, *, backend: str = "
         tone_cls = {"bad": "bad", "ok": "good"}.get(it.tone, "")
         classes = " ".join(["item", it.mark, tone_cls, *it.classes]).split()
         out.append(f'<g class="{" ".join(dict.fromkeys(classes))}" data-tick="{it.tick}" '
-                   f'data-lane={quoteattr(it.lane)} data-mark={quoteattr(it.mark)}>'
+                   f'data-lane={quoteattr(it.lane)} data-mark={quoteattr(it.mark)} '
+                   f'data-glyph="{it.glyph}">'
                    f'<title>{escape(it.tooltip)}</title>'
                    f'<g transform="translate({cx:.0f} {cy - 4:.0f})">'
                    f'{_GLYPHS[it.glyph].format(paint=paint)}</g>'
@@ -428,25 +429,43 @@ def render_timeline(summary: RunSummary, scenario: Scenario, *, backend: str = "
     out.append(f'<text class="foot{"" if summary.clean else " bad"}" x="12" y="{fy + 18:.0f}">'
                f'verdict: {escape(verdict)}</text>')
     ly = fy + 42
-    legend = [("square", "ok", False, "step run/redone (a model call)"),
-              ("square", "info", True, "restored from the journal"),
-              ("square", "bad", False, "stale write applied"),
-              ("cross", "warn", False, "refused / crashed"),
-              ("diamond", "info", False, "candidate"), ("check", "ok", False, "accepted"),
-              ("circle", "ok", False, "effect sent")]
+    # every mark and band the drawing can hold, wrapped to the drawing's width (never wider)
+    legend: list[tuple[str, str, bool, str]] = [
+        ("band", "life", False, "live attempt (admitted, renewing its lease)"),
+        ("band", "life silent", False, "silent: no sign of life (not failed)"),
+        ("triangle", "info", False, "attempt admitted (written before dispatch)"),
+        ("square", "ok", False, "step run/redone (a model call)"),
+        ("square", "info", True, "restored from the journal"),
+        ("square", "bad", False, "stale write applied"),
+        ("cross", "warn", False, "refused / crashed"),
+        ("ring", "warn", False, "goes silent / marked unknown"),
+        ("diamond", "info", False, "candidate"), ("check", "ok", False, "accepted / confirmed"),
+        ("circle", "ok", False, "effect sent / newsletter starts"),
+        ("hourglass", "warn", False, "waits (the rule finds nothing yet)"),
+        ("arrow", "plain", False, "dispatched to / sent to"),
+    ]
     lx = 12.0
     for glyph, tone, hollow, text in legend:
-        colour = _COLOURS[tone]
-        paint = (f'fill="#ffffff" stroke="{colour}" stroke-width="1.8"' if hollow
-                 else f'fill="{colour}" stroke="{colour}"')
-        if glyph == "cross":
-            paint = f'stroke="{colour}" fill="none"'
-        out.append(f'<g transform="translate({lx + 6:.0f} {ly - 4:.0f})">'
-                   f'{_GLYPHS[glyph].format(paint=paint)}</g>')
-        out.append(f'<text class="legend" x="{lx + 16:.0f}" y="{ly:.0f}">{escape(text)}</text>')
-        lx += 22 + len(text) * 5.6
+        step = 22 + _px(text, 10.5) + 12
+        if lx > 12 and lx + step > width - 8:
+            lx, ly = 12.0, ly + 20
+        out.append(f'<g class="legend-entry" data-legend={quoteattr(glyph if glyph != "band" else tone)}>')
+        if glyph == "band":
+            out.append(f'<rect class="{tone}" x="{lx:.0f}" y="{ly - 11:.0f}" width="14" height="14" '
+                       'rx="3"/>')
+        elif glyph == "arrow":
+            out.append(f'<path class="arrow" d="M{lx:.0f} {ly - 4:.0f} L{lx + 14:.0f} {ly - 4:.0f}"/>')
+        else:
+            colour = _COLOURS[tone]
+            paint = (f'fill="#ffffff" stroke="{colour}" stroke-width="1.8"' if hollow
+                     else f'fill="{colour}" stroke="{colour}"')
+            if glyph in ("cross", "ring", "hourglass"):
+                paint = f'stroke="{colour}" fill="none"' if glyph == "cross" else f'stroke="{colour}"'
+            out.append(f'<g transform="translate({lx + 6:.0f} {ly - 4:.0f})">'
+                       f'{_GLYPHS[glyph].format(paint=paint)}</g>')
+        out.append(f'<text class="legend" x="{lx + 20:.0f}" y="{ly:.0f}">{escape(text)}</text></g>')
+        lx += step
     height = ly + 16
-    width = max(width, lx + 12)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="outlive-timeline" '
             f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
             f'role="img" aria-label={quoteattr(label)}>'
