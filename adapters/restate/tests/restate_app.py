@@ -51,7 +51,7 @@ def _model(worker: Worker, log: str) -> Any:
 
 
 async def _work(w: Worker, arg: dict[str, Any]) -> dict[str, Any]:
-    sections: dict[str, str] = arg["sections"]
+    sections: dict[str, str] = dict(w.snapshot) if w.snapshot else arg["sections"]
     model = _model(w, str(arg["log"]))
     for name, text in sections.items():
         await w.step(name, model, **{name: text})
@@ -71,8 +71,10 @@ def assess(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
 @reports.handler()
 async def summarise(ctx: restate.Context, arg: dict[str, Any]) -> dict[str, Any]:
     """The user's own handler: the attempt's worker comes from ctx."""
-    async with outlive_restate.attempt(ctx, snapshot=arg["sections"],
-                                       write=arg.get("write")) as w:
+    versions: dict[str, dict[str, str]] | None = arg.get("versions")
+    async with outlive_restate.attempt(
+            ctx, snapshot=(lambda pin: versions[pin or "v1"]) if versions else arg["sections"],
+            write=arg.get("write")) as w:
         return await _work(w, arg)
 
 

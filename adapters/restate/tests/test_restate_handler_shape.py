@@ -174,6 +174,47 @@ async def test_restate_judges_and_announces_with_every_client_killed(
     assert got["digest"] == acc.digest and got["announced"]["effect_id"] == posts[0]["effect_id"]
 
 
+async def test_restate_refuses_a_stale_candidate_and_accepts_the_successors(
+        server: RestateServer, backend: RestateBackend, tmp_path: Path) -> None:
+    """v2 is published while #1 runs: #1 finishes with a candidate for v1, which the lease's
+    judgement refuses (VersionMismatch, before any assessor), so the lease sends #2 pinned to
+    v2; #2 restores s1 (unchanged) and redoes s2; its candidate is accepted for v2 and
+    announced once."""
+    work = f"judged/{uuid.uuid4().hex[:8]}"
+    log, hold = held(tmp_path)
+    v2 = {**SECTIONS, "s2": "Revenue was 4.9 million."}
+    ctl = await opened(backend, work)
+    await backend.start_work(work, service="reports", handler="summarise",
+                             arg={"sections": SECTIONS, "versions": {"v1": SECTIONS, "v2": v2},
+                                  "log": str(log)},
+                             lease=timedelta(minutes=10), contract=FORM,
+                             assessor="restate_app:assess",
+                             announce={"service": "feed", "handler": "post", "key": work})
+    try:
+        await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
+        await ctl.publish(work, "v2", v2)
+    finally:
+        hold.unlink()
+
+    async def done() -> Any:
+        return (await backend.lease(work))["done"]
+
+    got = await until("Restate to judge and announce", done, timeout=90)
+    st = await backend.load(work)
+    assert st is not None
+    assert [(a.number, a.state, a.pinned_version) for a in st.attempts] == [
+        (1, AttemptState.FINISHED, "v1"), (2, AttemptState.FINISHED, "v2"),
+        (3, AttemptState.FINISHED, "v2")]
+    assert [(c.attempt, c.version) for c in st.candidates] == [(1, "v1"), (2, "v2")]
+    (acc,) = st.acceptances
+    assert (acc.attempt, acc.version) == (2, "v2") and got["digest"] == acc.digest
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1), ("s2", 2)]
+    assert "2:s1" not in calls(log)
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{server.ingress}/feed/{quote(work, safe='')}/posts", json=None)
+    assert [p["payload"]["digest"] for p in r.json()] == [acc.digest]
+
+
 async def test_late_write_of_paused_handler_is_refused(server: RestateServer,
                                                        backend: RestateBackend,
                                                        tmp_path: Path) -> None:

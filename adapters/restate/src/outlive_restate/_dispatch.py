@@ -215,7 +215,7 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     if state is None or att is None:
         return "no such attempt"
     if att.state is AttemptState.FINISHED:
-        return await _finished(ctx, target, state)
+        return await _finished_or_terminal(ctx, target, state)
     lease = int(target["lease_ms"])
     if L.is_live(att) and not L.is_leased(att):
         _arm(ctx, target, number, _sign(att), lease)
@@ -256,7 +256,18 @@ async def settle(ctx: restate.ObjectContext, req: bytes) -> str:
     att = state.attempt(number) if state is not None else None
     if state is None or att is None or att.state is not AttemptState.FINISHED:
         return "not finished"
-    return await _finished(ctx, target, state)
+    return await _finished_or_terminal(ctx, target, state)
+
+
+async def _finished_or_terminal(ctx: restate.ObjectContext, target: dict[str, Any],
+                                state: WorkState) -> str:
+    """:func:`_finished`, a typed refusal ending the invocation for good (a receiver that
+    refused the announcement, say: the intent stays open, and Restate does not retry a
+    journaled refusal forever)."""
+    try:
+        return await _finished(ctx, target, state)
+    except OutliveError as exc:
+        raise _errors.to_terminal(exc) from None
 
 
 async def _finished(ctx: restate.ObjectContext, target: dict[str, Any], state: WorkState) -> str:
