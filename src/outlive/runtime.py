@@ -968,7 +968,10 @@ class Runtime:
             ctx = _Context(self, worker, w.kind, inputs)
             async with worker.renewing(w.kind.lease.heartbeat_interval):
                 await _maybe(fn(ctx))
-                await worker.finish()
+                if await worker.parked():   # waits on a person: whoever answers carries it on
+                    w.running = None
+                else:
+                    await worker.finish()
         except asyncio.CancelledError:
             raise
         except (StaleOwner, AttemptStopped, AttemptEnded, AttemptSilent) as exc:

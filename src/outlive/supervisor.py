@@ -369,7 +369,8 @@ async def run_attempt(backend: Backend, assignment: Assignment, *,
     try:
         async with worker.renewing(d.lease.heartbeat_interval):
             await _maybe(fn(ctx))
-            await worker.finish()
+            if not await worker.parked():   # waiting on a person: whoever answers carries it on
+                await worker.finish()
     except (StaleOwner, AttemptStopped) as exc:
         log.warning("attempt #%s of %s (token %s): refused (%s: %s); it stops, alive but without "
                     "write authority", att.number, att.work_id, att.token, type(exc).__name__, exc)

@@ -31,6 +31,7 @@ from .errors import (
 from .hashing import content_hash, input_key
 from .records import (
     Attempt,
+    AttemptState,
     Candidate,
     Effect,
     EffectState,
@@ -176,6 +177,8 @@ class Worker:
         self._found_of: WorkState | None = None
         #: Set when a heartbeat learned that this attempt was replaced.
         self.replaced = False
+        #: What this worker last said the attempt waits for (:meth:`wait`), until :meth:`resume`.
+        self.waits: str | None = None
 
     @property
     def work_id(self) -> str:
@@ -400,11 +403,23 @@ class Worker:
         """Record ``waiting`` (on a person, an outside event): not silence, never suspected."""
         await self._call(L.Wait(attempt=self.attempt.number, token=self.token, reason=reason,
                                 at=self.clock(), secret=self.attempt.secret))
+        self.waits = reason
 
     async def resume(self) -> None:
         """The wait is over: ``running`` again (any fenced write also ends a wait)."""
         await self._call(L.Resume(attempt=self.attempt.number, token=self.token, at=self.clock(),
                                   secret=self.attempt.secret))
+        self.waits = None
+
+    async def parked(self) -> bool:
+        """Whether the attempt still waits on what this worker said it waits for (nobody answered
+        here): its runner then returns without finishing it, and whoever answers carries it on
+        (``outlive_langgraph.rejoin`` in any process). One read, only after a wait."""
+        if self.waits is None:
+            return False
+        st = await self.backend.load(self.work_id)
+        me = st.attempt(self.attempt.number) if st is not None else None
+        return me is not None and me.state is AttemptState.WAITING
 
     @contextlib.asynccontextmanager
     async def waiting(self, reason: str) -> AsyncIterator[None]:
