@@ -583,6 +583,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
                 ledger.before_commit = before
 
         await self._in_thread(run)
+        worker.waits = reason
 
     async def keep_secret(self, work_id: str, attempt: int, secret: str) -> None:
         def keep(conn: sqlite3.Connection) -> None:

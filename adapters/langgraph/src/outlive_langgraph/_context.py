@@ -73,6 +73,7 @@ async def note_wait(config: RunnableConfig, writes: Any) -> None:
         att = worker.attempt
         await worker.backend.execute(worker.work_id, L.Resume(
             attempt=att.number, token=att.token, at=worker.clock(), secret=att.secret))
+        worker.waits = None
 
 
 def is_special(writes: Any) -> bool:

@@ -61,11 +61,17 @@ def graph_attempt(build: Callable[[AttemptContext], Pregel[Any, Any, Any, Any]],
     saver fenced with ``backend.fence``); ``input(ctx)`` is the graph's input for the attempt's
     pinned inputs; ``candidate(output)`` is the content submitted for acceptance. ``config``
     gives the user's config (its ``thread_id``; default: the work id is the thread).
+
+    A graph that stops at ``interrupt()`` leaves the attempt ``waiting`` (the runtime and the
+    supervisor then neither finish it nor suspect it): the person's answer comes through
+    :func:`~outlive_langgraph.rejoin` in any process.
     """
     async def attempt(ctx: AttemptContext) -> None:
         graph = build(ctx)
         out = await run_attempt(graph, input(ctx), worker=ctx.worker,
                                 config=config(ctx) if config is not None else None)
+        if await ctx.worker.parked():
+            return   # stopped at interrupt(): the attempt waits; whoever answers carries it on
         await ctx.submit(candidate(out))
 
     return attempt
