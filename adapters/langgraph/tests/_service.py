@@ -16,9 +16,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its helpers
 
-import supervised_graph as sg  # noqa: E402
+import supervised_graph as sg
 
-import outlive  # noqa: E402
+import outlive
 
 KIND = outlive.Kind(name="digest", attempt=sg.attempt, contract=sg.CONTRACT, inputs=sg.inputs,
                     lease=outlive.Lease(heartbeat_interval=200, missed_beats=2,
