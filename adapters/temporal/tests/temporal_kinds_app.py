@@ -155,6 +155,18 @@ class Digest:
     attempt: int
 
 
+@dataclass
+class HeadlineInput:
+    report: Report
+    intro: Summary
+
+
+@activity.defn
+async def headline(req: HeadlineInput) -> str:
+    _count(f"headline:{req.report.body.text}")
+    return f"{req.report.title}: {req.intro.line}"
+
+
 @activity.defn
 async def summarise(section: Section) -> Summary:
     _count(section.text)
@@ -179,10 +191,13 @@ class TypedWork(Work):
         lines = [await a.step("intro", summarise, report.intro),
                  await a.step("body", summarise, report.body)]
         assert all(isinstance(s, Summary) for s in lines)
-        digest = Digest(title=report.title, lines=lines, attempt=a.number)
+        # the whole input and an earlier step's result, in one dataclass: declared field by
+        # field (every part, and a derived value), with no reads= or external=
+        title = await a.step("headline", headline, HeadlineInput(report=report, intro=lines[0]))
+        digest = Digest(title=title, lines=lines, attempt=a.number)
         await a.accept(digest)
         return digest
 
 
 WORKFLOWS = [LongStepWork, FlakyWork, ApprovedWork, TypedWork]
-ACTIVITIES = [sleepy, sleepy_sync, flaky, draft, summarise]
+ACTIVITIES = [sleepy, sleepy_sync, flaky, draft, summarise, headline]

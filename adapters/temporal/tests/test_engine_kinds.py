@@ -152,8 +152,9 @@ async def test_a_workflow_taking_and_returning_dataclasses_runs_unchanged(
         client: Client, queue: str) -> None:
     """``run(self, report: Report) -> Digest``; the activity takes a ``Section`` and returns a
     ``Summary``. Each part is canonicalised through the data converter, so the step reading
-    ``report.intro`` is checked against the part ``intro``; after a correction of the body,
-    #2 restores the intro (a ``Summary`` again) and redoes the body."""
+    ``report.intro`` is checked against the part ``intro``; a step given the whole report and an
+    earlier result in one dataclass needs no ``reads=``. After a correction of the body, #2
+    restores the intro (a ``Summary`` again) and redoes the body and the headline."""
     wid = _id("kinds/typed")
     tag = uuid.uuid4().hex[:6]
     v1 = app.Report(title="Q3", intro=app.Section("Intro", f"intro-{tag}"),
@@ -170,7 +171,13 @@ async def test_a_workflow_taking_and_returning_dataclasses_runs_unchanged(
                          app.Summary("Body", f"BODY2-{tag.upper()}")]
     assert app.CALLS[f"intro-{tag}"] == 1, "the intro was restored by input key"
     st = await work.state()
-    assert [(e.step, e.attempt) for e in st.journal] == [("intro", 1), ("body", 1), ("body", 2)]
+    assert [(e.step, e.attempt) for e in st.journal] == [
+        ("intro", 1), ("body", 1), ("headline", 1), ("body", 2), ("headline", 2)]
+    assert res.title == f"Q3: INTRO-{tag.upper()}"
+    # the headline read the whole report (every part) and the intro's summary (derived)
+    entry = st.journal[-1]
+    assert {"title", "intro", "body"} <= set(entry.sources)
+    assert "headline.intro" in entry.sources
     assert st.acceptances[-1].version == "v2"
     dep = await work.dependable("strict")
     assert dep is not None and dep["content"]["lines"][1] == {"heading": "Body",

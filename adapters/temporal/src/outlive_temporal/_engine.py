@@ -154,6 +154,12 @@ class Attempt:
         #: With ``outlive_progress = "end"``: step -> (input key, write, result), flushed with the
         #: candidate.
         self._pending: dict[str, tuple[str, L.StepWrite, Any]] = {}
+        #: What :meth:`_declare` compares an argument with, computed when first needed.
+        self._parts_of_version: dict[str, str] | None = None
+        self._whole: str | None = None
+        self._results: list[Any] = []
+        self._derived: set[str] = set()
+        self._hashed = 0
 
     @property
     def work_id(self) -> str:
@@ -203,11 +209,17 @@ class Attempt:
         led.check_live(self)
         declared = dict(reads) if reads is not None else (
             {name: args[0]} if len(args) == 1 else {f"{name}[{i}]": a for i, a in enumerate(args)})
-        sources = {k: value_hash(v) for k, v in declared.items()}
+        sources: dict[str, str] = {}
+        derived: list[str] = []
+        for k, v in declared.items():
+            self._declare(k, v, external, sources, derived, 0)
+        if derived:
+            external = (*external, *derived)
         key = input_key(name, sources)
         hint = options.get("result_type") or _result_type(activity)
         held = self._pending.get(name)
         if held is not None and held[0] == key:
+            self._results.append(held[2])
             return held[2]              # run earlier in this attempt, not flushed yet
         entry = led.lookup(name, key)
         if entry is not None:
@@ -215,6 +227,7 @@ class Attempt:
                                      result_id=entry.result_id)
             self._restored.append(name)
             value = led.restore(entry, hint)
+            self._results.append(value)
             await led.after_restore()
             return value
         self._n += 1
@@ -240,8 +253,56 @@ class Attempt:
                                     at=led.now()))
         self._parts[name] = Part(step=name, input_key=key, sources=sources, result_id=rid)
         self._ran.append(name)
+        self._results.append(result)
         led.after_step(self)
         return result
+
+    def _declare(self, name: str, value: Any, external: Sequence[str], sources: dict[str, str],
+                 derived: list[str], depth: int) -> None:
+        """Declare ``value`` as input ``name``, as its data converter writes it. A part of the
+        pinned version (by name or content), or anything named external, is declared as it is
+        (the fast path). The work's whole input (the ``run`` argument itself) reads every part.
+        A result of a step this attempt ran or restored is derived from inputs already checked:
+        declared external. An object (a dataclass, a model, a mapping) of such values is
+        declared field by field (``name.field``); anything else is left to the ledger's check."""
+        h = value_hash(value)
+        sources[name] = h
+        if name in external:
+            return
+        parts = self._version_parts()
+        if parts.get(name) == h or h in parts.values():
+            return
+        if h == self._whole_hash():
+            del sources[name]
+            sources.update(parts)
+            return
+        if h in self._derived_hashes():
+            derived.append(name)
+            return
+        form = json_form(value)
+        if isinstance(form, dict) and form and depth < 4:
+            del sources[name]
+            for field, sub in form.items():
+                self._declare(f"{name}.{field}", sub, external, sources, derived, depth + 1)
+
+    def _version_parts(self) -> dict[str, str]:
+        if self._parts_of_version is None:
+            v = self._ledger.state.version(self.version) if self.version else None
+            self._parts_of_version = dict(v.parts) if v is not None else {}
+        return self._parts_of_version
+
+    def _whole_hash(self) -> str | None:
+        if self._whole is None and self.version in self._ledger.contents:
+            self._whole = content_hash(self._ledger.contents[self.version])
+        return self._whole
+
+    def _derived_hashes(self) -> set[str]:
+        """Content hashes of the results this attempt used so far (computed only when an
+        argument is neither a part nor the whole input)."""
+        while self._hashed < len(self._results):
+            self._derived.add(value_hash(self._results[self._hashed]))
+            self._hashed += 1
+        return self._derived
 
     async def accept(self, content: Any, steps: Sequence[str] | None = None) -> Acceptance:
         """Submit the candidate built from ``steps`` (default: every step so far) and judge it.
