@@ -2,7 +2,7 @@
 # documentation gives it. Copyright (c) LangChain, Inc.; MIT License. Changed only where it must
 # run offline: ``llm`` is a stand-in (see _model.py) and the graph drawing is left out.
 # ruff: noqa  (kept in the documentation's own style, so that the port's diff stays the port)
-# Ported to outlive: each model call is a durable step, the run a supervised work.
+# Ported to outlive: each model call is a durable step, the run a work in outlive's runtime.
 import asyncio
 import sys
 
@@ -10,7 +10,6 @@ from typing_extensions import TypedDict
 from langgraph.graph import StateGraph, START, END
 
 import outlive
-from outlive.supervisor import Supervisor, WorkDefinition
 from outlive_langgraph import graph_attempt, outlive_node
 from examples.langgraph_prompt_chaining._model import llm
 
@@ -79,12 +78,10 @@ chain = graph_attempt(lambda ctx: workflow.compile(checkpointer=ctx.worker.backe
 
 
 async def main(url: str) -> dict:
-    work = WorkDefinition(work_id="jokes/cats", attempt=chain, inputs=lambda v: {"topic": "cats"},
-                          contract=outlive.Contract(name="joke", version="1", assessor="none"))
-    async with await outlive.open_backend(url) as backend, Supervisor(backend, work) as sup:
-        await sup.publish("v1", {"topic": "cats"})
-        await sup.run()
-        return (await backend.load(work.work_id)).candidates[-1].content
+    kind = outlive.Kind(name="joke", attempt=chain, contract=outlive.Contract(name="joke", version="1", assessor="none"))
+    async with outlive.Runtime(url, kinds=[kind]) as rt:
+        await (await rt.start(kind, "jokes/cats", "v1", {"topic": "cats"})).result()
+        return (await rt.backend.load("jokes/cats")).candidates[-1].content
 
 
 # Invoke

@@ -1,7 +1,8 @@
 """The prompt-chaining tutorial and its port, each run as its own process.
 
-The port's attempt #1 dies in its third model call (``polish_joke``); the supervisor admits #2,
-which restores the first two calls from the journal by their inputs and makes only the third.
+The port's attempt #1 fails in its third model call (``polish_joke``); the runtime records the
+error with the attempt and, after the retry policy's backoff, admits #2, which restores the
+first two calls from the journal by their inputs and makes only the third.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def test_the_tutorial_runs_as_published(tmp_path: Path) -> None:
     assert len(calls) == 3
 
 
-async def test_the_port_survives_a_worker_that_dies_mid_chain(tmp_path: Path) -> None:
+async def test_the_port_retries_a_failed_call_without_repeating_the_others(tmp_path: Path) -> None:
     url = f"langgraph+sqlite:///{tmp_path / 'jokes.db'}"
     out, calls = _run("ported", tmp_path, url, fail="Add a surprising twist")
     assert out.rstrip().endswith(FINAL), "the same output as the tutorial's"
@@ -44,6 +45,7 @@ async def test_the_port_survives_a_worker_that_dies_mid_chain(tmp_path: Path) ->
     async with await outlive.open_backend(url) as backend:
         st = await backend.load("jokes/cats")
     assert st is not None and st.latest_acceptance is not None
-    assert [a.state for a in st.attempts] == [AttemptState.UNKNOWN, AttemptState.FINISHED]
+    assert [a.state for a in st.attempts] == [AttemptState.FAILED, AttemptState.FINISHED]
+    assert st.attempts[0].error is not None and "died mid-call" in st.attempts[0].error.message
     assert [(e.step, e.attempt) for e in st.journal] == [
         ("generate_joke", 1), ("improve_joke", 1), ("polish_joke", 2)]
