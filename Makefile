@@ -9,7 +9,7 @@ DIST ?= dist
 # from constraints.txt (the distributions themselves declare compatible ranges).
 PKGS := -e ".[dev,otel,postgres,docs]" -e conformance -e "adapters/temporal[devserver]" \
 	-e adapters/restate -e "adapters/langgraph[postgres]" -e examples/jsonfile_backend \
-	-e "adapters/agents[langgraph,pydantic-ai]"
+	-e "adapters/agents[langgraph,pydantic-ai,openai-agents]"
 CONSTRAINTS := -c constraints.txt --build-constraint constraints.txt
 
 .PHONY: install demo test lint typecheck bench bench-core-cpu bench-runtime sweep crashpoints engines clean dist constraints
