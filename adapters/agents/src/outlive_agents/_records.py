@@ -83,13 +83,29 @@ def operation_key() -> str:
     """The operation key of the effect tool call running now: hand it to the receiver.
 
     The receiver remembers it with the effect, so a successor's resend of the same call is
-    answered "already seen" instead of being applied twice. Outside an effect tool call this
-    raises :class:`~outlive.errors.ConfigError`.
+    answered "already seen" instead of being applied twice. In a Temporal activity that
+    ``Attempt.effect`` started, the key is read from the activity's id. Outside an effect tool
+    call this raises :class:`~outlive.errors.ConfigError`.
     """
     key = _OPERATION.get()
     if key is None:
+        key = _activity_operation()
+    if key is None:
         raise ConfigError("operation_key() is only set while an effect tool runs under outlive")
     return key
+
+
+def _activity_operation() -> str | None:
+    """In a Temporal activity an outlive effect started, its key (the activity id names it)."""
+    try:
+        from outlive_temporal import current_attempt
+    except ImportError:
+        return None
+    try:
+        step = current_attempt().step
+    except Exception:   # not in an activity, or not one outlive started
+        return None
+    return step if step.startswith("tool:") else None
 
 
 def jsonable(value: Any) -> Any:
