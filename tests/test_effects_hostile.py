@@ -36,7 +36,7 @@ async def test_a_successor_resends_the_payload_that_was_intended(backend: outliv
 
     with pytest.raises(E.EffectAmbiguous):
         await w1.effect("announce:x", {"digest": "abc", "n": 1}, dies)
-    await backend.execute("w", L.MarkUnknown(attempt=1, at=5))
+    await backend.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=5)))
     w2 = Worker(backend, await ctl.admit("w"), V1, clock=lambda: 6)
     await w2.start()
     (open_,) = w2.open_effects()

@@ -144,10 +144,23 @@ def test_acceptance_is_append_only_and_idempotent() -> None:
     st = go(opened(), write("s1", V1["s1"], 1, 41), write("s2", V1["s2"], 1, 41))
     st = go(st, _candidate(st, 1, 41, "v1"))
     d = st.candidates[0].digest
-    rejects(st, L.Accept(digest=d, contract=C, verdict=False, reason="no", at=4), E.ContractFailed)
     st = go(st, L.Accept(digest=d, contract=C, verdict=True, at=4))
     st2 = go(st, L.Accept(digest=d, contract=C, verdict=True, at=6))
     assert st2.acceptances == st.acceptances and st.acceptances[0].version == "v1"
+    # a verdict of no after the acceptance changes nothing: acceptances are append-only
+    assert go(st, L.Accept(digest=d, contract=C, verdict=False, reason="no", at=7)) is st
+
+
+def test_a_refusal_is_a_record_and_is_never_turned_into_an_acceptance() -> None:
+    st = go(opened(), write("s1", V1["s1"], 1, 41), write("s2", V1["s2"], 1, 41))
+    st = go(st, _candidate(st, 1, 41, "v1"))
+    d = st.candidates[0].digest
+    st, out = L.apply(st, L.Accept(digest=d, contract=C, verdict=False, reason="too short", at=4))
+    assert out.kind == "refused" and st.refusals[0].reason == "too short"
+    assert (st.refusals[0].digest, st.refusals[0].contract, st.refusals[0].attempt) == (d, C, 1)
+    assert go(st, L.Accept(digest=d, contract=C, verdict=False, reason="again", at=5)) is st
+    rejects(st, L.Accept(digest=d, contract=C, verdict=True, at=6), E.ContractFailed)
+    assert not st.acceptances
 
 
 def test_a_candidate_whose_digest_is_a_label_is_refused() -> None:

@@ -47,7 +47,7 @@ async def successor(ctl: Controller, work: str, snapshot: dict[str, str],
     st = await ctl.state(work)
     cur = st.current_attempt
     assert cur is not None
-    await ctl.backend.execute(work, L.MarkUnknown(attempt=cur.number, at=clk[0]))
+    await ctl.backend.execute(work, ctl.stamp(L.MarkUnknown(attempt=cur.number, at=clk[0])))
     w = Worker(ctl.backend, await ctl.admit(work), snapshot, clock=lambda: clk[0])
     await w.start()
     return w
@@ -137,7 +137,7 @@ async def test_a_worker_whose_attempt_went_silent_before_it_claimed_it_is_told_s
     await ctl.open_work("w")
     await ctl.publish("w", "v1", V1)
     att = await ctl.admit("w")
-    await backend.execute("w", L.MarkUnknown(attempt=att.number, at=5, signs=0))
+    await backend.execute("w", ctl.stamp(L.MarkUnknown(attempt=att.number, at=5, signs=0)))
     with pytest.raises(E.AttemptSilent, match="before any worker claimed it") as raised:
         await Worker(backend, att, V1).start()
     assert not isinstance(raised.value, E.AttemptClaimed)
@@ -148,7 +148,7 @@ async def test_a_worker_whose_attempt_went_silent_before_it_claimed_it_is_told_s
     await nxt.start()
     await nxt.step("s1", summ, s1=V1["s1"])
     # Once claimed, a second claim is still "already claimed", even after silence.
-    await backend.execute("w", L.MarkUnknown(attempt=nxt.attempt.number, at=6))
+    await backend.execute("w", ctl.stamp(L.MarkUnknown(attempt=nxt.attempt.number, at=6)))
     with pytest.raises(E.AttemptClaimed):
         await Worker(backend, nxt.attempt, V1).start()
 
@@ -275,11 +275,11 @@ async def test_a_suspicion_from_an_old_snapshot_spares_a_worker_that_just_beat(
 async def test_an_unknown_attempt_that_beats_again_is_told_the_truth(
         backend: outlive.Backend) -> None:
     ctl, w, _clk = await opened(backend)
-    await backend.execute("w", L.MarkUnknown(attempt=1, at=5))
+    await backend.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=5)))
     assert await w.heartbeat() is True                         # no successor yet: revived
     st = await ctl.state("w")
     assert st.attempts[0].state is AttemptState.RUNNING
-    await backend.execute("w", L.MarkUnknown(attempt=1, at=6))
+    await backend.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=6)))
     await ctl.admit("w")
     assert await w.heartbeat() is False                        # a successor holds the epoch
 

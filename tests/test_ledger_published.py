@@ -140,7 +140,7 @@ async def test_assess_is_idempotent_after_a_takeover() -> None:
         await w.step(k, lambda **kw: "sum", **{k: v})
     cand = await w.candidate({"n": 3})
     acc = await ctl.assess("w", cand.digest, C, lambda c, v: (True, "ok"))
-    await b.execute("w", L.MarkUnknown(attempt=1, at=9))
+    await b.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=9)))
     await ctl.admit("w")
     judged: list[str] = []
 

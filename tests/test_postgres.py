@@ -133,7 +133,7 @@ async def test_a_worker_paused_mid_transaction_is_cut_off_and_others_keep_commit
         # until the server ends the paused session (idle_in_transaction_session_timeout).
         # (On a loaded machine the server may already have ended the paused session by now, so
         # whether this write had to wait - busy_retries - is not asserted; that it lands is.)
-        await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+        await b.execute("busy", Controller(b).stamp(L.MarkUnknown(attempt=1, at=50)))
         os.kill(proc.pid, signal.SIGCONT)
         assert proc.stdout.readline().startswith("cut off:")
         assert proc.wait(timeout=60) == 0

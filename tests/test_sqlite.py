@@ -265,7 +265,7 @@ async def test_a_worker_paused_mid_command_does_not_stop_the_others(tmp_path: Pa
         assert proc.stdout.readline().strip() == "paused"
         _wait_until_stopped(proc.pid)
         await _other_works_commit(b, 5)
-        await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+        await b.execute("busy", Controller(b).stamp(L.MarkUnknown(attempt=1, at=50)))
         os.kill(proc.pid, signal.SIGCONT)
         kinds = proc.stdout.readline().split()
         assert proc.wait(timeout=60) == 0
@@ -310,7 +310,7 @@ async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
 
         running = asyncio.create_task(ticker())
         with pytest.raises(outlive.errors.BackendUnavailable) as info:
-            await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+            await b.execute("busy", Controller(b).stamp(L.MarkUnknown(attempt=1, at=50)))
         running.cancel()
         assert info.value.details["landed"] is False
         assert ticks >= 10, "the event loop was blocked while waiting for the lock"
@@ -319,7 +319,7 @@ async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
         assert proc.stdout.readline().split() == ["beat"] * 3
         assert proc.wait(timeout=60) == 0
         b.lock_timeout = 30.0
-        await b.execute("busy", L.MarkUnknown(attempt=1, at=50))
+        await b.execute("busy", Controller(b).stamp(L.MarkUnknown(attempt=1, at=50)))
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)

@@ -205,7 +205,7 @@ async def test_a_successor_that_rebuilds_the_same_digest_owns_its_candidate(
     for name in V1:
         await first.step(name, lambda **p: next(iter(p.values()))[:5], **{name: V1[name]})
     cand1 = await first.candidate({"sections": {n: first.result(n) for n in V1}})
-    await backend.execute("w", L.MarkUnknown(attempt=1, at=0))
+    await backend.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=0)))
     second = outlive.Worker(backend, await ctl.admit("w"), V1, clock=lambda: 0)
     await second.start()
     for name in V1:

@@ -141,7 +141,7 @@ async def test_run_steps_restores_what_matches_and_runs_the_rest_once(
     st = await backend.load("w")
     assert st is not None and [e.step for e in st.journal] == ["s1", "s2"]
     succ_att = None
-    await backend.execute("w", outlive.ledger.MarkUnknown(attempt=1, at=9))
+    await backend.execute("w", ctl.stamp(outlive.ledger.MarkUnknown(attempt=1, at=9)))
     succ_att = await ctl.admit("w")
     w2 = Worker(backend, succ_att, V1)
     await w2.start()

@@ -27,6 +27,16 @@ CONTRACTS = {"form": Contract(name="form", version="1", assessor="t"),
              "strict": Contract(name="strict", version="1", assessor="t")}
 
 
+#: The controller's credential; the callers the model tells apart.
+CONTROLLER = "the-controllers-credential"
+CALLERS = st.sampled_from(["controller"] * 6 + ["none", "worker", "guess"])
+
+
+def _credential(caller: str, number: int = 1) -> str | None:
+    return {"controller": CONTROLLER, "none": None, "worker": _secret(number),
+            "guess": "not-the-credential"}[caller]
+
+
 def _secret(number: int) -> str:
     return f"secret-of-attempt-{number}"
 
@@ -34,7 +44,8 @@ def _secret(number: int) -> str:
 class LedgerAgainstModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.state, _ = L.apply(None, L.OpenWork(), work_id="w")
+        self.state, _ = L.apply(None, L.OpenWork(controller_key_hash=L.key_hash(CONTROLLER)),
+                                work_id="w")
         self.model = Model()
         self.last: tuple[Any, str, dict[str, Any]] | None = None
 
@@ -50,6 +61,7 @@ class LedgerAgainstModel(RuleBasedStateMachine):
             "journal": sorted((e.step, e.input_key, e.attempt) for e in st_.journal),
             "candidates": sorted(latest.items()),
             "accepted": sorted(((a.digest, a.contract.name), a.version) for a in st_.acceptances),
+            "refused": sorted((r.digest, r.contract.name) for r in st_.refusals),
             "effects": sorted((e.op_key, (e.payload_digest, e.state.value)) for e in st_.effects),
         }
 
@@ -94,17 +106,19 @@ class LedgerAgainstModel(RuleBasedStateMachine):
         self.publish("v1")
         self.admit(True)
 
-    @rule(version=st.sampled_from(sorted(VERSIONS)))
-    def publish(self, version: str) -> None:
+    @rule(version=st.sampled_from(sorted(VERSIONS)), caller=CALLERS)
+    def publish(self, version: str, caller: str = "controller") -> None:
         parts = VERSIONS[version]
-        self.both(L.PublishInput(version=version, parts=parts, at=0), "publish", version=version,
-                  parts=parts)
+        self.both(L.PublishInput(version=version, parts=parts, at=0,
+                                 credential=_credential(caller)),
+                  "publish", version=version, parts=parts, caller=caller)
 
-    @rule(keyed=st.booleans())
-    def admit(self, keyed: bool) -> None:
+    @rule(keyed=st.booleans(), caller=CALLERS)
+    def admit(self, keyed: bool, caller: str = "controller") -> None:
         number = len(self.state.attempts) + 1
         h = L.key_hash(_secret(number)) if keyed else None
-        self.both(L.Admit(at=0, key_hash=h), "admit", secret_hash=h)
+        self.both(L.Admit(at=0, key_hash=h, credential=_credential(caller, number - 1)),
+                  "admit", secret_hash=h, caller=caller)
 
     @rule(data=st.data(), claim=st.booleans())
     def heartbeat(self, data: st.DataObject, claim: bool) -> None:
@@ -112,18 +126,20 @@ class LedgerAgainstModel(RuleBasedStateMachine):
         self.both(L.Heartbeat(attempt=number, token=tok, at=1, secret=secret, claim=claim),
                   "heartbeat", attempt=number, token=tok, secret=secret, claim=claim)
 
-    @rule(data=st.data(), fresh=st.sampled_from(["now", "old", "none"]))
-    def mark_unknown(self, data: st.DataObject, fresh: str) -> None:
+    @rule(data=st.data(), fresh=st.sampled_from(["now", "old", "none"]), caller=CALLERS)
+    def mark_unknown(self, data: st.DataObject, fresh: str, caller: str) -> None:
         number = data.draw(st.integers(1, len(self.state.attempts) + 1), label="attempt")
         att = self.state.attempt(number)
         signs = None if fresh == "none" else (att.signs if att else 0) - (fresh == "old")
-        self.both(L.MarkUnknown(attempt=number, at=2, signs=signs), "mark_unknown",
-                  attempt=number, signs=signs)
+        self.both(L.MarkUnknown(attempt=number, at=2, signs=signs,
+                                credential=_credential(caller, number)), "mark_unknown",
+                  attempt=number, signs=signs, caller=caller)
 
-    @rule(data=st.data())
-    def mark_stopped(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), caller=CALLERS)
+    def mark_stopped(self, data: st.DataObject, caller: str) -> None:
         number = data.draw(st.integers(1, len(self.state.attempts) + 1), label="attempt")
-        self.both(L.MarkStopped(attempt=number, at=2), "mark_stopped", attempt=number)
+        self.both(L.MarkStopped(attempt=number, at=2, credential=_credential(caller, number)),
+                  "mark_stopped", attempt=number, caller=caller)
 
     @rule(data=st.data(), step=st.sampled_from(["s1", "s2"]),
           source=st.sampled_from(["named-b", "named-c", "named-a", "text-b", "text-c",
@@ -165,12 +181,15 @@ class LedgerAgainstModel(RuleBasedStateMachine):
                   "submit", attempt=number, token=tok, secret=secret, digest=digest,
                   parts=[(p.step, p.input_key, p.sources, p.result_id) for p in parts])
 
-    @rule(data=st.data(), contract=st.sampled_from(sorted(CONTRACTS)), verdict=st.booleans())
-    def accept(self, data: st.DataObject, contract: str, verdict: bool) -> None:
+    @rule(data=st.data(), contract=st.sampled_from(sorted(CONTRACTS)), verdict=st.booleans(),
+          caller=CALLERS)
+    def accept(self, data: st.DataObject, contract: str, verdict: bool, caller: str) -> None:
         known = sorted({c.digest for c in self.state.candidates}) or ["0" * 64]
         digest = data.draw(st.sampled_from([*known, "f" * 64]), label="digest")
-        self.both(L.Accept(digest=digest, contract=CONTRACTS[contract], verdict=verdict, at=4),
-                  "accept", digest=digest, contract=contract, verdict=verdict)
+        cur = len(self.state.attempts)
+        self.both(L.Accept(digest=digest, contract=CONTRACTS[contract], verdict=verdict, at=4,
+                           credential=_credential(caller, cur)),
+                  "accept", digest=digest, contract=contract, verdict=verdict, caller=caller)
 
     @rule(data=st.data(), op=st.sampled_from(["op1", "op2"]), payload=st.sampled_from(["p", "q"]))
     def intend(self, data: st.DataObject, op: str, payload: str) -> None:
@@ -240,8 +259,8 @@ class LedgerAgainstModel(RuleBasedStateMachine):
     def takeover(self) -> None:
         """Silence the current owner and admit a successor: a takeover at this point."""
         cur = self.state.attempts[-1]
-        self.both(L.MarkUnknown(attempt=cur.number, at=8), "mark_unknown", attempt=cur.number,
-                  signs=None)
+        self.both(L.MarkUnknown(attempt=cur.number, at=8, credential=CONTROLLER), "mark_unknown",
+                  attempt=cur.number, signs=None)
         self.admit(True)
 
     @precondition(lambda self: len(self.state.candidates) > 0 and len(self.state.attempts) > 0)

@@ -15,8 +15,9 @@ from typing import Any
 
 from . import _observe
 from . import ledger as L
+from ._credential import default_credential
 from .backend import Backend
-from .errors import NotFound, OutliveError
+from .errors import InvalidRecord, NotFound, OutliveError
 from .hashing import content_hash
 from .records import (
     Acceptance,
@@ -30,7 +31,7 @@ from .records import (
 )
 from .rules import Dependable, Rule, dependable
 
-__all__ = ["Assessor", "Controller", "wall_clock_ms"]
+__all__ = ["Assessor", "Controller", "default_credential", "wall_clock_ms"]
 
 Verdict = tuple[bool, str]
 Assessor = Callable[[Candidate, InputVersion | None], Verdict | Awaitable[Verdict]]
@@ -46,28 +47,53 @@ class Controller:
     ``start_grace`` (ms) replaces that limit for an attempt admitted but not yet heard from, so a
     process that takes a while to start is not suspected before it could say anything.
     ``wait_limit`` (ms): a wait longer than this is suspected too (None: never).
+
+    ``credential`` is the controller's secret: a work this controller opens records its hash, and
+    the ledger then refuses the controller's commands (publish, admit, mark unknown or stopped,
+    judge) without it (:class:`~outlive.errors.NotController`). It defaults to this user's key
+    (``OUTLIVE_CONTROLLER_KEY``, else a per-user key file; see :mod:`outlive._credential`), so
+    every controller of one user (a restarted one, a supervisor, the CLI) is the same
+    controller. It is never handed to a runner: an :class:`~outlive.supervisor.Assignment`
+    carries the attempt's token and secret only.
     """
 
     def __init__(self, backend: Backend, *, clock: Callable[[], int] = wall_clock_ms,
                  heartbeat_interval: int = 10_000, missed_beats: int = 2,
-                 start_grace: int | None = None, wait_limit: int | None = None) -> None:
+                 start_grace: int | None = None, wait_limit: int | None = None,
+                 credential: str | None = None) -> None:
         self.backend = backend
         self.clock = clock
         self.heartbeat_interval = heartbeat_interval
         self.missed_beats = missed_beats
         self.start_grace = start_grace
         self.wait_limit = wait_limit
+        if credential is not None and (type(credential) is not str or not credential):
+            raise InvalidRecord("credential must be a non-empty string", field="credential")
+        self._credential = credential if credential is not None else default_credential()
+
+    def __repr__(self) -> str:
+        return f"Controller({self.backend!r})"
+
+    @property
+    def key_hash(self) -> str:
+        """The hash a work opened by this controller records (``OpenWork.controller_key_hash``),
+        for code that opens works with its own ``OpenWork``."""
+        return L.key_hash(self._credential)
 
     async def open_work(self, work_id: str, policy: Policy | None = None, *,
                         epoch_floor: int = 0) -> None:
+        """Open the work with this controller's key (idempotent for the same controller; a work
+        opened by another controller is :class:`~outlive.errors.NotController`)."""
         await _observe.execute(self.backend,
-            work_id, L.OpenWork(policy=policy or Policy(), epoch_floor=epoch_floor))
+            work_id, L.OpenWork(policy=policy or Policy(), epoch_floor=epoch_floor,
+                                controller_key_hash=L.key_hash(self._credential)))
 
     async def publish(self, work_id: str, version: str, parts: Mapping[str, Any]) -> InputVersion:
         """Publish an immutable input version (part name -> content); it becomes current."""
         hashes = {name: content_hash(value) for name, value in parts.items()}
         out = await _observe.execute(self.backend,
-            work_id, L.PublishInput(version=version, parts=hashes, at=self.clock()))
+            work_id, L.PublishInput(version=version, parts=hashes, at=self.clock(),
+                                     credential=self._credential))
         rec: InputVersion = out.record
         return rec
 
@@ -88,7 +114,8 @@ class Controller:
         out = await _observe.execute(
             self.backend, work_id,
             L.Admit(at=self.clock(), pin=pin, request_id=request_id,
-                    key_hash=L.key_hash(secret) if secret is not None else None))
+                    key_hash=L.key_hash(secret) if secret is not None else None,
+                    credential=self._credential))
         rec: Attempt = replace(out.record, secret=secret)
         return rec
 
@@ -115,15 +142,31 @@ class Controller:
                            wait_limit=self.wait_limit) is not None:
                 out = await _observe.execute(self.backend, work_id, L.MarkUnknown(
                     attempt=att.number, at=now, signs=att.signs,
-                    waiting=att.state is AttemptState.WAITING))
+                    waiting=att.state is AttemptState.WAITING, credential=self._credential))
                 if out.kind == "unknown":
                     marked.append(out.record)
         return marked
 
     async def stop(self, work_id: str, attempt: int) -> Attempt:
-        out = await _observe.execute(self.backend, work_id, L.MarkStopped(attempt=attempt, at=self.clock()))
+        out = await _observe.execute(self.backend, work_id, L.MarkStopped(
+            attempt=attempt, at=self.clock(), credential=self._credential))
         rec: Attempt = out.record
         return rec
+
+    async def mark_unknown(self, work_id: str, attempt: int, *, waiting: bool = False) -> Attempt:
+        """Mark ``attempt`` ``unknown`` now, unconditionally (its runner is known to be gone);
+        ``waiting`` as :class:`~outlive.ledger.MarkUnknown` says."""
+        out = await _observe.execute(self.backend, work_id, L.MarkUnknown(
+            attempt=attempt, at=self.clock(), waiting=waiting, credential=self._credential))
+        rec: Attempt = out.record
+        return rec
+
+    def stamp(self, cmd: L.Command) -> L.Command:
+        """``cmd`` carrying this controller's credential if it is a controller's command, for
+        code that builds its own commands (an engine's driver); other commands as they are."""
+        if isinstance(cmd, L.CONTROLLER_COMMANDS):
+            return replace(cmd, credential=self._credential)  # type: ignore[arg-type]
+        return cmd
 
     @_observe.traced("outlive.acceptance",
                     lambda self, work_id, digest, contract, *a, **kw: {
@@ -135,14 +178,17 @@ class Controller:
         """Check owner, version and part hashes first, then run the assessor, then record.
 
         Idempotent: a digest already accepted under ``contract`` returns that acceptance without
-        judging again (a retry after a crash, or after the work was taken over).
+        judging again (a retry after a crash, or after the work was taken over). A refusal is
+        recorded (a :class:`~outlive.records.Refusal` with the assessor's reason) and raised as
+        :class:`~outlive.errors.ContractFailed`; a digest refused before is refused again
+        without judging.
         """
         st = state if state is not None else await self.state(work_id)
         done = L.accepted(st, digest, contract)
         if done is not None:
             return done
         try:
-            cand = L.check_acceptable(st, digest)
+            cand = L.check_acceptable(st, digest, contract)
         except OutliveError as exc:   # refused before the assessor runs: nothing is written
             _observe.rejected(work_id, "Accept", exc, digest=digest)
             raise
@@ -153,7 +199,9 @@ class Controller:
         ok, reason = verdict
         out = await _observe.execute(self.backend,
             work_id, L.Accept(digest=digest, contract=contract, verdict=bool(ok), reason=reason,
-                              at=self.clock()))
+                              at=self.clock(), credential=self._credential))
+        if out.kind == "refused":   # recorded as a refusal; the caller hears it as an error
+            raise L.contract_failed(out.record)
         rec: Acceptance = out.record
         return rec
 

@@ -26,6 +26,9 @@ caller can write one ``except`` clause whatever engine runs underneath::
         │   ├── AttemptEnded         the attempt was stopped or finished: no write authority
         │   ├── AttemptClaimed       a second worker tried to claim an attempt already claimed
         │   └── AttemptSilent        the attempt was marked unknown before any worker claimed it
+        ├── NotController            a controller's command without the controller's
+        │                            credential (an attempt's token cannot issue it)
+        ├── ResultConflict           a journal write whose result id names another entry
         ├── VersionMismatch          built from, or for, another input version
         ├── ContractFailed           the assessor said no
         ├── AttemptActive            a successor while the owner is still live
@@ -60,10 +63,12 @@ __all__ = [
     "InputConflict",
     "InvalidRecord",
     "MissingExtra",
+    "NotController",
     "NotFound",
     "OutliveError",
     "PayloadTooLarge",
     "Rejected",
+    "ResultConflict",
     "ScenarioError",
     "StaleOwner",
     "UndeclaredInput",
@@ -164,6 +169,17 @@ class AttemptSilent(FencingError):
     """
 
 
+class NotController(Rejected):
+    """A controller's command (publish, admit, mark unknown or stopped, judge) without the
+    controller's credential: the work was opened by a controller holding one, and only it
+    decides. An attempt's token and secret cannot issue these."""
+
+
+class ResultConflict(Rejected):
+    """A journal write names a result id the journal already holds for another step, input key,
+    attempt or value: ids come from the store, and an entry is never merged or replaced."""
+
+
 class VersionMismatch(Rejected):
     """The record was built from, or for, another input version than the one required."""
 
@@ -230,7 +246,7 @@ _TYPES: dict[str, type[OutliveError]] = {
         StaleOwner, UnknownToken, AttemptEnded, AttemptClaimed, AttemptSilent, VersionMismatch,
         ContractFailed,
         AttemptActive, InputConflict, NotFound, WorkExists, EffectAmbiguous, EffectConflict,
-        AttemptStopped, GaveUp, WorkFailed, WrongReceipt,
+        AttemptStopped, GaveUp, WorkFailed, WrongReceipt, NotController, ResultConflict,
     )
 }
 

@@ -40,11 +40,13 @@ from .records import (
     Part,
     Policy,
     Receipt,
+    Refusal,
     WorkState,
 )
 
 __all__ = [
     "COMMANDS",
+    "CONTROLLER_COMMANDS",
     "LEASED_STATES",
     "LIVE_STATES",
     "MAX_PAYLOAD_BYTES",
@@ -78,6 +80,7 @@ __all__ = [
     "check_owner",
     "check_size",
     "check_work_id",
+    "contract_failed",
     "is_command",
     "is_leased",
     "is_live",
@@ -106,13 +109,17 @@ _LIVE = LIVE_STATES
 # -- commands ----------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class OpenWork:
-    """Create the work's ledger (idempotent with the same policy)."""
+    """Create the work's ledger (idempotent with the same policy and controller)."""
 
     policy: Policy = field(default_factory=Policy)
     #: The first token issued is ``epoch_floor + 1``: continue an epoch kept elsewhere.
     epoch_floor: int = 0
     #: The kind of work (a runtime's name for it): a restarted runtime finds its works by it.
     kind: str | None = None
+    #: :func:`key_hash` of the controller's credential: from then on the controller's commands
+    #: (:data:`CONTROLLER_COMMANDS`) must carry it. None opens a work whose controller commands
+    #: anyone may issue (a work opened so keeps it; a keyed reopen does not change it).
+    controller_key_hash: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +129,8 @@ class PublishInput:
     version: str
     parts: dict[str, str]
     at: int
+    #: The controller's credential (see :class:`OpenWork`); never stored.
+    credential: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +143,7 @@ class Admit:
     #: Hash (:func:`key_hash`) of the secret part of the token, issued by whoever admits. An
     #: attempt admitted without one is fenced by its epoch alone.
     key_hash: str | None = None
+    credential: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +173,7 @@ class MarkUnknown:
     at: int
     signs: int | None = None
     waiting: bool = False
+    credential: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,8 +199,11 @@ class Resume:
 
 @dataclass(frozen=True, kw_only=True)
 class MarkStopped:
+    """The controller ends an attempt (its candidate refused, or it is replaced)."""
+
     attempt: int
     at: int
+    credential: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,13 +244,18 @@ class SubmitCandidate:
 
 @dataclass(frozen=True, kw_only=True)
 class Accept:
-    """The controller's judgement: mechanical checks here, the assessor's ``verdict`` recorded."""
+    """The controller's judgement: mechanical checks here, the assessor's ``verdict`` recorded.
+
+    A ``verdict`` of no is recorded too, as a :class:`~outlive.records.Refusal` with its reason
+    (outcome ``refused``): the judgement is a record whichever way it went.
+    """
 
     digest: str
     contract: Contract
     verdict: bool
     at: int
     reason: str = ""
+    credential: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,6 +313,7 @@ class FailWork:
 
     error: AttemptError
     at: int
+    credential: str | None = field(default=None, repr=False)
 
 
 Command = Union[
@@ -317,6 +337,13 @@ class Outcome:
     kind: str
     record: Any = None
     seq: int = 0
+
+
+#: The controller's commands: on a work opened with a controller key they must carry the
+#: controller's credential (:class:`~outlive.errors.NotController` otherwise). An attempt's token
+#: cannot issue them.
+CONTROLLER_COMMANDS: tuple[type, ...] = (PublishInput, Admit, MarkUnknown, MarkStopped, Accept,
+                                          FailWork)
 
 
 # Commands and outcomes are built once or twice per command: the quicker ``__init__`` (same
@@ -573,6 +600,14 @@ def accepted(state: WorkState, digest: str, contract: Contract) -> Acceptance | 
     return None
 
 
+def contract_failed(refusal: Refusal) -> E.ContractFailed:
+    """The error a judge's recorded refusal raises for whoever waits on the verdict."""
+    c = refusal.contract
+    return E.ContractFailed(
+        f"{c.name}@{c.version} refused {refusal.digest[:8]}: {refusal.reason}",
+        digest=refusal.digest, contract=c.name, reason=refusal.reason)
+
+
 # -- helpers -----------------------------------------------------------------------------------
 _ENDED = (AttemptState.FINISHED, AttemptState.STOPPED, AttemptState.FAILED)
 #: Leaves room for 2**32 admissions before an epoch would pass what every store holds.
@@ -646,6 +681,20 @@ def _fence(state: WorkState, attempt_no: int, token: int,
             "authority", attempt=attempt_no, state=att.state.value, work_id=state.work_id,
         )
     return att, token < state.epoch
+
+
+_CONTROLLER = frozenset(CONTROLLER_COMMANDS)
+
+
+def _check_controller(state: WorkState, cmd: PublishInput | Admit | MarkUnknown | MarkStopped
+                      | Accept | FailWork) -> None:
+    """A controller's command on a keyed work must carry the controller's credential."""
+    cred = cmd.credential
+    if not isinstance(cred, str) or _secret_hash(cred) != state.controller_key_hash:
+        raise E.NotController(
+            f"{type(cmd).__name__} on {state.work_id} is the controller's command and does not "
+            "carry the controller's credential (an attempt's token cannot issue it)",
+            work_id=state.work_id, command=type(cmd).__name__)
 
 
 def _replace_attempt(state: WorkState, att: Attempt) -> tuple[Attempt, ...]:
@@ -827,16 +876,23 @@ def _apply(state: WorkState | None, cmd: Command, work_id: str | None,
                 raise E.InvalidRecord(f"epoch_floor must be between 0 and {_EPOCH_FLOOR_MAX}",
                                       field="epoch_floor")
             new = WorkState(work_id=work_id, policy=cmd.policy, epoch=cmd.epoch_floor,
-                            kind=cmd.kind)
+                            kind=cmd.kind, controller_key_hash=cmd.controller_key_hash)
             return new, Outcome(kind="opened", record=new.policy)
         if state.policy != cmd.policy:
             raise E.WorkExists(f"{state.work_id} is open with {state.policy}", work_id=state.work_id)
         if cmd.kind is not None and state.kind is not None and cmd.kind != state.kind:
             raise E.WorkExists(f"{state.work_id} is a work of kind {state.kind!r}, not {cmd.kind!r}",
                                work_id=state.work_id, kind=state.kind)
+        if state.controller_key_hash is not None \
+                and cmd.controller_key_hash != state.controller_key_hash:
+            raise E.NotController(f"{state.work_id} was opened by another controller (its "
+                                  "credential is not this one)", work_id=state.work_id,
+                                  command="OpenWork")
         return state, Outcome(kind="exists", record=state.policy, seq=state.seq)
     if state is None:
         raise E.NotFound(f"work {work_id!r} is not open", work_id=work_id)
+    if state.controller_key_hash is not None and type(cmd) in _CONTROLLER:
+        _check_controller(state, cmd)   # type: ignore[arg-type]
     handler = _HANDLERS.get(type(cmd)) if is_command(cmd) else None
     if handler is None:
         raise E.InvalidRecord(f"unknown command {type(cmd).__name__}")
@@ -1241,11 +1297,21 @@ def _submit(state: WorkState, cmd: SubmitCandidate, now: int | None) -> tuple[Wo
     return new, Outcome(kind="candidate", record=cand, seq=seq)
 
 
-def check_acceptable(state: WorkState, digest: str) -> Candidate:
-    """The mechanical checks before any assessor runs: owner, version, part hashes."""
+def check_acceptable(state: WorkState, digest: str, contract: Contract | None = None) -> Candidate:
+    """The mechanical checks before any assessor runs: owner, version, part hashes, and that
+    the candidate's attempt was not stopped nor the digest refused (under ``contract``)."""
     cand = state.candidate(digest)
     if cand is None:
         raise E.NotFound(f"no candidate {digest[:8]}", digest=digest)
+    if contract is not None:
+        refused = state.refusal(cand.digest, contract)
+        if refused is not None:
+            raise contract_failed(refused)
+    att = state.attempt(cand.attempt)
+    if att is not None and att.state is AttemptState.STOPPED:
+        raise E.AttemptStopped(
+            f"candidate {cand.digest[:8]} came from attempt #{cand.attempt}, which was stopped",
+            attempt=cand.attempt, digest=cand.digest)
     if state.policy.fencing and cand.token != state.epoch:
         raise E.StaleOwner(
             f"candidate {cand.digest[:8]} came from attempt #{cand.attempt} (token {cand.token}); "
@@ -1276,12 +1342,16 @@ def _accept(state: WorkState, cmd: Accept, now: int | None) -> tuple[WorkState, 
     done = accepted(state, cmd.digest, cmd.contract)
     if done is not None:
         return state, Outcome(kind="exists", record=done, seq=state.seq)
-    check_acceptable(state, cmd.digest)
+    refused = state.refusal(cand.digest, cmd.contract)
+    if refused is not None and not cmd.verdict:
+        return state, Outcome(kind="refused", record=refused, seq=state.seq)
+    check_acceptable(state, cmd.digest, cmd.contract)
     if not cmd.verdict:
-        raise E.ContractFailed(
-            f"{cmd.contract.name}@{cmd.contract.version} refused {cand.digest[:8]}: {cmd.reason}",
-            digest=cand.digest, contract=cmd.contract.name, reason=cmd.reason,
-        )
+        seq = state.seq + 1
+        ref = Refusal(digest=cand.digest, version=cand.version, contract=cmd.contract,
+                      reason=cmd.reason, seq=seq, at=cmd.at, attempt=cand.attempt)
+        new = evolve(state, refusals=(*state.refusals, ref), seq=seq)
+        return new, Outcome(kind="refused", record=ref, seq=seq)
     seq = state.seq + 1
     acc = Acceptance(digest=cand.digest, version=cand.version, contract=cmd.contract, seq=seq,
                      at=cmd.at, attempt=cand.attempt, note=cmd.reason)

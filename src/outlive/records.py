@@ -28,6 +28,7 @@ __all__ = [
     "Part",
     "Policy",
     "Receipt",
+    "Refusal",
     "WorkState",
 ]
 
@@ -203,6 +204,23 @@ class Acceptance:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Refusal:
+    """A recorded judgement that said no: this digest did not meet this contract, and why.
+
+    Append-only like acceptances: a refused digest is never accepted afterwards under the same
+    contract, and the refusal stays to say so (the attempt that built it is stopped).
+    """
+
+    digest: str
+    version: str | None
+    contract: Contract
+    reason: str
+    seq: int
+    at: int
+    attempt: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Receipt:
     """What the receiver answered: its id for the effect and whether it had seen the key.
 
@@ -258,6 +276,12 @@ class WorkState:
     #: Set when the controller ended the work with an error (non-retryable, or retries spent):
     #: no attempt is admitted after it.
     failure: AttemptError | None = None
+    #: Hash of the controller's credential, recorded when the work was opened: the controller's
+    #: commands must carry the credential. None: a work opened without one (every caller may
+    #: issue them, as before roles existed).
+    controller_key_hash: str | None = None
+    #: Judgements that said no (append-only).
+    refusals: tuple[Refusal, ...] = ()
 
     # -- read helpers (pure) -------------------------------------------------------------------
     def version(self, name: str) -> InputVersion | None:
@@ -297,14 +321,21 @@ class WorkState:
                 return e
         return None
 
+    def refusal(self, digest: str, contract: Contract | None = None) -> Refusal | None:
+        """The refusal of ``digest`` (under ``contract``, if given), if it was refused."""
+        for r in reversed(self.refusals):
+            if r.digest == digest and (contract is None or r.contract == contract):
+                return r
+        return None
+
     @property
     def latest_acceptance(self) -> Acceptance | None:
         return self.acceptances[-1] if self.acceptances else None
 
 
 # Records are built several times per command: each gets the quicker ``__init__`` (same signature).
-for _cls in (Policy, InputVersion, AttemptError, Attempt, JournalEntry, Part, Candidate, Contract, Acceptance,
-                Receipt, Effect, WorkState):
+for _cls in (Policy, InputVersion, AttemptError, Attempt, JournalEntry, Part, Candidate, Contract,
+             Acceptance, Refusal, Receipt, Effect, WorkState):
     quick_init(_cls)
 del _cls
 

@@ -506,7 +506,8 @@ class Runtime:
             await self._backpressure(k)
         ctl = self._controller(k)
         policy = k.policy if k is not None else Policy()
-        await _observe.execute(self._backend, work_id, L.OpenWork(policy=policy, kind=name))
+        await _observe.execute(self._backend, work_id, L.OpenWork(
+            policy=policy, kind=name, controller_key_hash=ctl.key_hash))
         # A version already published: the same parts are a no-op, others an InputConflict.
         await ctl.publish(work_id, version, parts)
         if k is not None and self.supervise:
@@ -786,7 +787,7 @@ class Runtime:
         if cur is not None and cur.state is AttemptState.FAILED and cur.error is not None \
                 and not cur.error.retryable:
             await _observe.execute(self._backend, w.work_id,
-                                   L.FailWork(error=cur.error, at=self.clock()))
+                                   ctl.stamp(L.FailWork(error=cur.error, at=self.clock())))
             self._settle(w, await self._load(w.work_id))
             return
         # 3. Silence: a leased attempt whose runner is not here and whose lease ran out, or a
@@ -826,8 +827,8 @@ class Runtime:
                          + _why_open(st) + (f"; the last error: {last.type}: {last.message}"
                                             if last is not None else "")),
                 traceback=last.traceback if last is not None else "")
-            await _observe.execute(self._backend, w.work_id, L.FailWork(error=error,
-                                                                        at=self.clock()))
+            await _observe.execute(self._backend, w.work_id, ctl.stamp(L.FailWork(
+                error=error, at=self.clock())))
             self._settle(w, await self._load(w.work_id))
             return
         failures = 0
@@ -869,7 +870,8 @@ class Runtime:
 
     async def _mark_unknown(self, w: _Work, att: Attempt) -> None:
         await _observe.execute(self._backend, w.work_id,
-                               L.MarkUnknown(attempt=att.number, at=self.clock(), signs=att.signs))
+                               self._controller(w.kind).stamp(L.MarkUnknown(
+                                   attempt=att.number, at=self.clock(), signs=att.signs)))
 
     async def _judge(self, w: _Work, st: WorkState, ctl: Controller) -> bool:
         """Judge the candidates this runtime's attempt waits on; True if anything was written."""

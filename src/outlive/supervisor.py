@@ -37,7 +37,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from . import _observe
 from . import ledger as L
 from .backend import Backend
 from .controller import Assessor, Controller, wall_clock_ms
@@ -322,6 +321,11 @@ class AttemptContext:
                 if acc.digest == cand.digest:
                     return acc
             me = st.attempt(self.attempt.number)
+            if st.refusal(cand.digest) is not None:
+                raise AttemptStopped(
+                    f"candidate {cand.digest[:8]} of attempt #{self.attempt.number} was refused: "
+                    f"{st.refusal(cand.digest).reason}",   # type: ignore[union-attr]
+                    attempt=self.attempt.number, digest=cand.digest)
             if st.epoch != self.attempt.token and st.policy.fencing:
                 raise StaleOwner(
                     f"attempt #{self.attempt.number} was replaced while its candidate waited",
@@ -464,7 +468,8 @@ class Supervisor:
 
     def __init__(self, backend: Backend, definition: WorkDefinition,
                  dispatcher: Dispatcher | None = None, *,
-                 clock: Callable[[], int] = wall_clock_ms, poll: float | None = None) -> None:
+                 clock: Callable[[], int] = wall_clock_ms, poll: float | None = None,
+                 credential: str | None = None) -> None:
         self.backend = backend
         self.definition = definition
         self.dispatcher = dispatcher if dispatcher is not None else TaskDispatcher(backend)
@@ -475,7 +480,8 @@ class Supervisor:
                                      heartbeat_interval=definition.lease.heartbeat_interval,
                                      missed_beats=definition.lease.missed_beats,
                                      start_grace=definition.lease.start_grace,
-                                     wait_limit=definition.lease.wait_limit)
+                                     wait_limit=definition.lease.wait_limit,
+                                     credential=credential)
         self._assessor: Assessor | None = (
             None if definition.assessor is None else resolve(definition.assessor))
 
@@ -517,8 +523,8 @@ class Supervisor:
         """Judge every candidate submitted after the latest acceptance whose attempt still stands.
 
         A refused candidate stops its attempt (the attempt's ``submit`` then raises
-        :class:`~outlive.errors.AttemptStopped`); the refusal itself is not a record, so a
-        candidate of a finished attempt may be judged again by a later pass, with the same answer.
+        :class:`~outlive.errors.AttemptStopped`); the assessor's refusal is a record, so a
+        refused candidate is not judged again.
         """
         actions: list[str] = []
         since = state.latest_acceptance.seq if state.latest_acceptance else 0
@@ -526,7 +532,8 @@ class Supervisor:
             if cand.seq <= since:
                 continue
             att = state.attempt(cand.attempt)
-            if att is None or att.state is AttemptState.STOPPED:
+            if att is None or att.state is AttemptState.STOPPED \
+                    or state.refusal(cand.digest, self.definition.contract) is not None:
                 continue
             try:
                 acc = await self.controller.assess(self.work_id, cand.digest,
@@ -573,11 +580,10 @@ class Supervisor:
             gone = self.dispatcher.gone(Assignment.of(self.backend, self.definition, att))
             if L.suspicion(att, self.clock(), timeout=self.definition.lease.timeout,
                            runner_gone=gone) == "runner gone":
-                out = await _observe.execute(self.backend, self.work_id, L.MarkUnknown(
-                    attempt=att.number, at=self.clock(),
-                    waiting=att.state is AttemptState.WAITING))
-                if out.kind == "unknown":
-                    marked.append(out.record)
+                rec = await self.controller.mark_unknown(
+                    self.work_id, att.number, waiting=att.state is AttemptState.WAITING)
+                if rec.state is AttemptState.UNKNOWN:
+                    marked.append(rec)
         for att in marked:
             await self.dispatcher.stop(Assignment.of(self.backend, self.definition, att))
         return marked

@@ -93,7 +93,7 @@ async def _worker(url: str, receiver_path: str, slice_no: int, procs: int, works
             continue
         if last is not None and L.is_leased(last):
             # Its process is dead (the parent starts this one only then): the controller's call.
-            await backend.execute(work, L.MarkUnknown(attempt=last.number, at=ctl.clock()))
+            await ctl.mark_unknown(work, last.number)
         plan["count"] = 0
         plan["kill_at"] = rng.randint(1, 10) if rng.random() < kill else -1
         plan["after"] = rng.random() < 0.5

@@ -106,16 +106,25 @@ class BackendContractSuite(BackendFixture):
             await w.worker.step("s2", summarise, s2=V2["s2"])
         await _unchanged(outlive_backend, w.work_id, before)
 
-    async def test_a_failed_contract_records_nothing(self, outlive_backend: Backend) -> None:
+    async def test_a_failed_contract_is_recorded_as_a_refusal(self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)
         await w.steps(V1)
         cand = await w.worker.candidate({"sections": 2})
-        before = await outlive_backend.load(w.work_id)
         with pytest.raises(ContractFailed):
             await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (False, "incomplete"))
-        await _unchanged(outlive_backend, w.work_id, before)
+        st = await w.ctl.state(w.work_id)
+        assert [(r.digest, r.reason) for r in st.refusals] == [(cand.digest, "incomplete")]
+        assert st.acceptances == ()
+        with pytest.raises(ContractFailed):       # never turned into an acceptance afterwards
+            await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (True, "ok"))
+        await _unchanged(outlive_backend, w.work_id, st)
+
+    async def test_an_acceptance_is_idempotent_and_append_only(self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        await w.steps(V1)
+        cand = await w.worker.candidate({"sections": 2})
         acc = await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (True, "ok"))
-        again = await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (True, "ok"))
+        again = await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (False, "late"))
         assert acc == again and acc.version == "v1"   # idempotent, append-only
 
     async def test_oversized_and_undeclared_results_are_refused(

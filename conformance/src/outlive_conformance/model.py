@@ -3,6 +3,8 @@
 The ledger (:mod:`outlive.ledger`) is the code under test; this model is its oracle. It keeps one
 work in plain mutable dictionaries and states each rule once, in the words the article uses:
 
+* the controller, not the worker, decides: publishing a version, admitting, suspecting,
+  stopping and judging need the controller's credential, and an attempt's token is not it;
 * an attempt is written before dispatch; each admission publishes the next epoch; a successor is
   admitted only when the current attempt is silent (``unknown``), stopped or finished;
 * every protected write names its attempt and presents that attempt's token (epoch and secret):
@@ -14,7 +16,8 @@ work in plain mutable dictionaries and states each rule once, in the words the a
 * a candidate's parts are the journal's results, with the inputs the journal recorded; every
   part must fit the candidate's version; a candidate is accepted only if it comes from the
   current owner, was built for the current version, and the assessor said yes; a digest already
-  accepted under the contract is the same acceptance again;
+  accepted under the contract is the same acceptance again; a no is a judgement recorded too,
+  and a refused digest, or one from a stopped attempt, is never accepted afterwards;
 * an effect's intent is recorded before sending and keyed by operation; one key, one payload;
 * silence is a compare-and-set on the attempt's signs of life; an attempt marked unknown that
   speaks again while it still holds the epoch is running again.
@@ -74,6 +77,10 @@ class Model:
     candidates: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
     #: (digest, contract) -> version accepted for
     accepted: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: (digest, contract) judged no
+    refused: set[tuple[str, str]] = field(default_factory=set)
+    #: whether the controller's commands need its credential (the work was opened with a key)
+    keyed: bool = True
     #: op key -> (payload hash, state)
     effects: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: op key -> the attempt that last intended or confirmed it
@@ -91,6 +98,7 @@ class Model:
             "journal": sorted((step, key, att) for step, key, _s, _e, att in self.journal.values()),
             "candidates": sorted((d, sub[-1][0]) for d, sub in self.candidates.items()),
             "accepted": sorted(self.accepted.items()),
+            "refused": sorted(self.refused),
             "effects": sorted(self.effects.items()),
         }
 
@@ -127,8 +135,14 @@ class Model:
         a.state = "running"
         a.signs += 1
 
+    def _controller(self, caller: str) -> None:
+        """Only the controller issues the controller's commands (``caller`` says who sent it)."""
+        if self.keyed and caller != "controller":
+            raise Refused("NotController")
+
     # -- commands -------------------------------------------------------------------------
-    def publish(self, version: str, parts: dict[str, str]) -> None:
+    def publish(self, version: str, parts: dict[str, str], caller: str = "controller") -> None:
+        self._controller(caller)
         if version in self.versions:
             if self.versions[version] != parts or version != self.current:
                 raise Refused("InputConflict")   # changed content, or an older version again
@@ -136,7 +150,8 @@ class Model:
         self.versions[version] = dict(parts)
         self.current = version
 
-    def admit(self, secret_hash: str | None) -> None:
+    def admit(self, secret_hash: str | None, caller: str = "controller") -> None:
+        self._controller(caller)
         if self.attempts and self.attempts[-1].state in LIVE:
             raise Refused("AttemptActive")
         if self.current is None:
@@ -162,7 +177,8 @@ class Model:
         self._sign_of_life(a)
         return "revived" if was == "unknown" else "beat"
 
-    def mark_unknown(self, attempt: int, signs: int | None) -> None:
+    def mark_unknown(self, attempt: int, signs: int | None, caller: str = "controller") -> None:
+        self._controller(caller)
         a = self._attempt(attempt)
         if a is None:
             raise Refused("NotFound")
@@ -172,7 +188,8 @@ class Model:
         self.effects = {k: (p, "ambiguous" if s == "intended" and self.effect_owner[k] == a.number
                             else s) for k, (p, s) in self.effects.items()}
 
-    def mark_stopped(self, attempt: int) -> None:
+    def mark_stopped(self, attempt: int, caller: str = "controller") -> None:
+        self._controller(caller)
         a = self._attempt(attempt)
         if a is None:
             raise Refused("NotFound")
@@ -218,19 +235,29 @@ class Model:
         subs.append((a.number, token, a.version))   # a successor's rebuild is its own candidate
         self._sign_of_life(a)
 
-    def accept(self, digest: str, contract: str, verdict: bool) -> None:
+    def accept(self, digest: str, contract: str, verdict: bool,
+               caller: str = "controller") -> None:
+        self._controller(caller)
         subs = self.candidates.get(digest)
         if not subs:
             raise Refused("NotFound")
         if (digest, contract) in self.accepted:
             return
-        _number, token, version = subs[-1]
+        if (digest, contract) in self.refused:
+            if not verdict:
+                return                   # the same refusal again
+            raise Refused("ContractFailed")
+        number, token, version = subs[-1]
+        made_by = self._attempt(number)
+        if made_by is not None and made_by.state == "stopped":
+            raise Refused("AttemptStopped")
         if token != self.epoch:
             raise Refused("StaleOwner")
         if version != self.current:
             raise Refused("VersionMismatch")
         if not verdict:
-            raise Refused("ContractFailed")
+            self.refused.add((digest, contract))   # a judgement, recorded
+            return
         self.accepted[(digest, contract)] = version
 
     def intend(self, attempt: int, token: int, secret: str | None, op: str, payload: str) -> None:
