@@ -79,7 +79,7 @@ async def second(db: str) -> None:
     b = await outlive.open_backend(_url(db))
     ctl = Controller(b, clock=lambda: 5)
     st = await ctl.state("q3")
-    await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+    await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
     w = Worker(b, await ctl.admit("q3"), V1, clock=lambda: 6)
     await w.start()
     calls: list[str] = []

@@ -46,7 +46,7 @@ async def test_main_flow_restore_by_input_key(backend: outlive.Backend) -> None:
     for k in ("s1", "s2"):
         await w1.step(k, lambda text, k=k: model.summarise(1, k, text), text=V1[k])
     await ctl.publish("digest/q3", "v2", V2)
-    await backend.execute("digest/q3", L.MarkUnknown(attempt=1, at=5))
+    await backend.execute("digest/q3", Controller(backend).stamp(L.MarkUnknown(attempt=1, at=5)))
     a2 = await ctl.admit("digest/q3")
     w2 = Worker(backend, a2, V2, clock=lambda: 6)
     await w2.start()

@@ -20,7 +20,7 @@ from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 
 import outlive
-from outlive import Worker
+from outlive import Controller, Worker
 from outlive import ledger as L
 from outlive_langgraph import LangGraphBackend, current_worker, outlive_task, run
 
@@ -88,7 +88,7 @@ async def test_the_same_program_on_outlive_refuses_the_late_writer(tmp_path: Pat
         stale = asyncio.create_task(run(digest, V1, worker=w1))
         await asyncio.wait_for(held.wait(), 10)
         await ctl.publish("q3", "v2", V2)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
         w2 = Worker(b, await ctl.admit("q3"), V2)
         await w2.start()
         good = await run(digest, V2, worker=w2)
@@ -142,7 +142,7 @@ async def paused_attempt_cannot_fork(url: str) -> None:
         stale = asyncio.create_task(run(graph, {"report": "v1"}, worker=w1, config=thread))
         await asyncio.wait_for(held.wait(), 10)
         await ctl.publish("q3", "v2", V2)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
         w2 = Worker(b, await ctl.admit("q3"), V2)
         await w2.start()
         assert (await run(graph, {"report": "v2"}, worker=w2, config=thread))["draft"] == \
@@ -182,7 +182,7 @@ async def test_the_users_own_saver_is_fenced_too(tmp_path: Path) -> None:
         ctl, w1 = await first_attempt(b, start=False)
         thread: RunnableConfig = {"configurable": {"thread_id": "mine"}}
         assert (await run(graph, {"report": "a"}, worker=w1, config=thread))["draft"] == "a"
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
         await ctl.admit("q3")
         before = [t async for t in mine.alist(thread)]
         with pytest.raises(outlive.StaleOwner):

@@ -303,7 +303,7 @@ async def test_a_paused_nodes_late_entry_is_refused_with_its_checkpoint_on_sqlit
             if state["i"] == 1:   # the second superstep: #2 is admitted meanwhile
                 ctl = Controller(b2, clock=lambda: 0)
                 await ctl.publish("q3", "v2", V2)
-                await b2.execute("q3", L.MarkUnknown(attempt=1, at=5))
+                await b2.execute("q3", Controller(b2).stamp(L.MarkUnknown(attempt=1, at=5)))
                 await Worker(b2, await ctl.admit("q3"), V2).start()
             return {"i": state["i"] + 1}
 

@@ -42,7 +42,7 @@ async def test_fencing_and_restore_on_postgres(pg_server: PostgresServer) -> Non
         for k in ("s1", "s2"):
             await w1.step(k, lambda text: {"s": text}, text=V1[k])
         await ctl.publish("q3", "v2", V2)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
         w2 = Worker(b, await ctl.admit("q3"), V2, clock=lambda: 6)
         await w2.start()
         for k in V2:
@@ -120,7 +120,7 @@ async def _replaced_first_attempt(b: outlive.Backend) -> tuple[Controller, Runna
     config for a stale write to the thread's checkpoint ``c1``."""
     ctl, w1 = await first_attempt(b)
     await ctl.publish("q3", "v2", V2)
-    await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+    await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
     return ctl, attempt_config(w1, {"configurable": {"thread_id": "q3-report", "checkpoint_ns": "",
                                                      "checkpoint_id": "c1"}})
 
@@ -128,7 +128,7 @@ async def _replaced_first_attempt(b: outlive.Backend) -> tuple[Controller, Runna
 async def _takeover(b: outlive.Backend) -> Worker:
     ctl = Controller(b, clock=lambda: 0)
     await ctl.publish("q3", "v2", V2)
-    await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+    await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
     w2 = Worker(b, await ctl.admit("q3"), V2)
     await w2.start()
     return w2

@@ -16,7 +16,7 @@ import pytest
 from langgraph.func import entrypoint
 
 import outlive
-from outlive import Contract, Worker
+from outlive import Contract, Controller, Worker
 from outlive import ledger as L
 from outlive_langgraph import (
     LangGraphBackend,
@@ -76,7 +76,7 @@ async def test_durability_modes_give_the_seed_call_counts(
         await asyncio.wait_for(h.held.wait(), 10)
         # t4: the corrected report; t5: #1 is silent -> unknown; #2 admitted on v2
         await ctl.publish("q3", "v2", V2)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
         a2 = await ctl.admit("q3")
         w2 = Worker(b, a2, V2, persist=persist_for(durability), clock=lambda: 6)
         await w2.start()
@@ -110,7 +110,7 @@ async def test_langgraph_keeps_none_of_the_stale_task_write(tmp_path: Path) -> N
         ctl, w1 = await first_attempt(b, clock=lambda: 1)
         first = asyncio.create_task(run(program, V1, worker=w1))
         await asyncio.wait_for(h.held.wait(), 10)
-        await b.execute("q3", L.MarkUnknown(attempt=1, at=5))
+        await b.execute("q3", Controller(b).stamp(L.MarkUnknown(attempt=1, at=5)))
         await ctl.admit("q3")
         h.release.set()
         with pytest.raises(outlive.StaleOwner):

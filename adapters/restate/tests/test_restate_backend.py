@@ -74,7 +74,7 @@ async def test_fencing_restore_accept_effect(backend: outlive.Backend) -> None:
         await w1.step(k, model(1), **{k: V1[k]})
     # input changes, #1 goes silent, #2 admitted on v2
     await ctl.publish(w, "v2", V2)
-    await backend.execute(w, L.MarkUnknown(attempt=a1.number, at=5))
+    await backend.execute(w, Controller(backend).stamp(L.MarkUnknown(attempt=a1.number, at=5)))
     a2 = await ctl.admit(w)
     assert a2.token == a1.token + 1 and a2.pinned_version == "v2"
     before = await backend.load(w)
@@ -135,15 +135,15 @@ async def test_forged_token_wrong_version_oversized_write_nothing(backend: outli
     with pytest.raises(outlive.VersionMismatch):
         await ctl.assess(w, cand.digest, CONTRACT, ok)
     with pytest.raises(outlive.VersionMismatch):  # even bypassing the controller's pre-check
-        await backend.execute(w, L.Accept(digest=cand.digest, contract=CONTRACT, verdict=True,
-                                          at=3))
+        await backend.execute(w, ctl.stamp(L.Accept(digest=cand.digest, contract=CONTRACT,
+                                                     verdict=True, at=3)))
     assert await backend.load(w) == st1
 
 
 async def test_every_rejection_keeps_its_class(backend: outlive.Backend) -> None:
     w = wid()
     with pytest.raises(outlive.errors.NotFound):
-        await backend.execute(w, L.Admit(at=0))
+        await backend.execute(w, Controller(backend).stamp(L.Admit(at=0)))
     ctl = await _open(backend, w)
     with pytest.raises(outlive.errors.InputConflict):
         await ctl.publish(w, "v1", V2)
@@ -351,7 +351,7 @@ async def test_steps_carried_by_a_command_are_applied_first_and_refused_alone(
             assert r.status_code == 400 and "InvalidRecord" in r.text, r.text
         assert await backend.load(w) == st
         # #1 replaced: its carried steps are refused and write nothing, its beat says so
-        await backend.execute(w, L.MarkUnknown(attempt=1, at=4))
+        await backend.execute(w, Controller(backend).stamp(L.MarkUnknown(attempt=1, at=4)))
         await ctl.admit(w)
         r = await http.post(url, content=_errors.dumps((s2, beat(a1, 5))))
         assert r.status_code == 200, r.text

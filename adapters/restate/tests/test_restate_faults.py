@@ -166,11 +166,11 @@ async def test_server_down_typed_error_then_recovers(server: RestateServer) -> N
         await b.execute(w, L.OpenWork())
         server.stop_server(hard=True)
         with pytest.raises(outlive.errors.BackendUnavailable, match="unreachable"):
-            await b.execute(w, L.PublishInput(version="v1", parts={"s1": "h"}, at=0))
+            await b.execute(w, Controller(b).stamp(L.PublishInput(version="v1", parts={"s1": "h"}, at=0)))
         await asyncio.to_thread(server.start_server)
         await asyncio.to_thread(server.wait_callable)
         st = await b.load(w)
         assert st is not None and st.inputs == ()  # the failed command left nothing behind
-        await b.execute(w, L.PublishInput(version="v1", parts={"s1": "h"}, at=0))
+        await b.execute(w, Controller(b).stamp(L.PublishInput(version="v1", parts={"s1": "h"}, at=0)))
     finally:
         await b.close()

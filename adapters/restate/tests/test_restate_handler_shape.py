@@ -226,7 +226,7 @@ async def test_late_write_of_paused_handler_is_refused(server: RestateServer,
     ctl = await open_and_start(backend, work, log, lease=timedelta(minutes=10),
                                extra={"write": "call"})
     await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
-    await backend.execute(work, L.MarkUnknown(attempt=1, at=1))
+    await backend.execute(work, Controller(backend).stamp(L.MarkUnknown(attempt=1, at=1)))
     second = await ctl.admit(work)
     assert second.token == 2
     invocation = (await backend.lease(work))["history"][0]["invocation"]
@@ -392,7 +392,7 @@ async def test_held_writes_of_a_handler_replaced_by_hand_are_refused_together(
     await until("#1 to be inside s2", lambda: _has(log, "1:s2"))
     st = await backend.load(work)
     assert st is not None and st.journal == ()        # s1's write is held in #1's invocation
-    await backend.execute(work, L.MarkUnknown(attempt=1, at=1))
+    await backend.execute(work, Controller(backend).stamp(L.MarkUnknown(attempt=1, at=1)))
     assert (await ctl.admit(work)).token == 2
     invocation = (await backend.lease(work))["history"][0]["invocation"]
     hold.unlink()

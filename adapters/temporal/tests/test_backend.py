@@ -85,7 +85,7 @@ async def test_full_run_fencing_restore_and_effects(backend: TemporalBackend) ->
     await w1.step("s2", summarise, s2=V1["s2"])
     # silence, a new version, a successor with a larger token
     await ctl.publish(work, "v2", V2)
-    await backend.execute(work, L.MarkUnknown(attempt=a1.number, at=next(clock)))
+    await backend.execute(work, Controller(backend).stamp(L.MarkUnknown(attempt=a1.number, at=next(clock))))
     a2 = await ctl.admit(work)
     assert a2.token == a1.token + 1 and a2.pinned_version == "v2"
     # the stale worker's late journal write is refused by outlive's fencing
@@ -178,8 +178,8 @@ async def test_candidate_for_another_version_is_refused(backend: TemporalBackend
     with pytest.raises(VersionMismatch):
         await ctl.assess(work, cand.digest, FORM, lambda c, v: (True, "ok"))
     with pytest.raises(VersionMismatch):
-        await backend.execute(work, L.Accept(digest=cand.digest, contract=FORM, verdict=True,
-                                             at=3))
+        await backend.execute(work, ctl.stamp(L.Accept(digest=cand.digest, contract=FORM,
+                                                       verdict=True, at=3)))
     assert await backend.load(work) == st
 
 

@@ -80,7 +80,7 @@ async def test_stale_completion_vs_stale_writes(backend_url: str, fencing: bool)
         hist = await history_types(b, work)
         assert any(t == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for t, _ in hist)
         # ... while outlive's controller marks #1 unknown and admits #2 with a larger token.
-        await b.execute(work, L.MarkUnknown(attempt=a1.number, at=next(tick)))
+        await b.execute(work, Controller(b).stamp(L.MarkUnknown(attempt=a1.number, at=next(tick))))
         a2 = await ctl.admit(work)
         w2 = Worker(b, a2, V1, clock=lambda: next(tick))
         await w2.start()

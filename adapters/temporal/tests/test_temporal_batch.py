@@ -89,7 +89,7 @@ async def test_successor_restores_then_batches_the_rest(backend: TemporalBackend
     calls: list[str] = []
     await w1.run_steps(plan(calls)[:2])
     assert calls == ["s1", "s2"]
-    await backend.execute(work, L.MarkUnknown(attempt=a1.number, at=next(tick)))
+    await backend.execute(work, Controller(backend).stamp(L.MarkUnknown(attempt=a1.number, at=next(tick))))
     a2 = await ctl.admit(work)
     w2 = Worker(backend, a2, PARTS, clock=lambda: next(tick))
     await w2.start()
@@ -124,7 +124,7 @@ async def test_successor_admitted_mid_batch_fences_the_rest(backend: TemporalBac
     # s1 and s2 are journaled already, while the batch is still running
     st = await backend.load(work)
     assert st is not None and [e.step for e in st.journal] == ["s1", "s2"]
-    await backend.execute(work, L.MarkUnknown(attempt=a1.number, at=next(tick)))
+    await backend.execute(work, Controller(backend).stamp(L.MarkUnknown(attempt=a1.number, at=next(tick))))
     a2 = await ctl.admit(work)
     assert a2.number > a1.number
     wake.set()

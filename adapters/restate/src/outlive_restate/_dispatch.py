@@ -42,7 +42,7 @@ import restate
 from restate.serde import BytesSerde
 
 from outlive import ledger as L
-from outlive.controller import Controller
+from outlive.controller import Controller, default_credential
 from outlive.errors import InvalidRecord, OutliveError, Rejected
 from outlive.records import (
     Attempt,
@@ -143,7 +143,7 @@ async def _dispatch(ctx: restate.ObjectContext, target: dict[str, Any],
     """Admit the next attempt, send its invocation to the user's handler, arm its first check."""
     if adopt is None:
         out = await _ledger(ctx, target, EXECUTE, _errors.dumps(
-            L.Admit(at=await _now(ctx), pin=target.get("pin"))))
+            L.Admit(at=await _now(ctx), pin=target.get("pin"), credential=default_credential())))
         att: Attempt = out.record
     else:
         att = adopt
@@ -235,7 +235,7 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     ctx.cancel_invocation(str(current["invocation"]))
     if L.is_leased(att):
         await _ledger(ctx, target, EXECUTE, _errors.dumps(
-            L.MarkUnknown(attempt=number, at=await _now(ctx))))
+            L.MarkUnknown(attempt=number, at=await _now(ctx), credential=default_credential())))
     if len(state.attempts) >= int(target["max_attempts"]):
         ctx.set("gave_up", {"after": len(state.attempts), "at": await _now(ctx)})
         return "gave up"

@@ -36,9 +36,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from outlive import codec
     from outlive.backend import Backend, open_backend
-    from outlive.controller import wall_clock_ms
     from outlive.errors import ConfigError, GaveUp
-    from outlive.ledger import MarkUnknown, is_live
+    from outlive.ledger import is_live
     from outlive.records import Contract, Policy
     from outlive.supervisor import (
         Assignment,
@@ -169,10 +168,10 @@ async def next_attempt_activity(args: AttemptArgs, silent: bool) -> NextAttempt:
     """The supervisor's rules after an attempt ended or went silent, applied to the ledger."""
     d = definition_from_data(args.definition)
     backend = await _backend(args.backend_url)
-    if silent:
-        await backend.execute(d.work_id, MarkUnknown(attempt=args.attempt, at=wall_clock_ms()))
     capture = _Capture()
     sup = Supervisor(backend, d, capture)
+    if silent:
+        await sup.controller.mark_unknown(d.work_id, args.attempt)
     st = await backend.load(d.work_id)
     assert st is not None
     if st.candidates:

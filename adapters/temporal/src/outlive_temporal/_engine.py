@@ -339,6 +339,8 @@ class Attempt:
         try:
             out = led.apply(L.Accept(digest=digest, contract=led.owner.outlive_contract,
                                      verdict=bool(ok), reason=reason, at=led.now()))
+            if out.kind == "refused":   # recorded; the attempt hears it as the error it was
+                raise L.contract_failed(out.record)
         except VersionMismatch:
             if led.state.current_version != cand.version:
                 self.halt = "rebuild"
