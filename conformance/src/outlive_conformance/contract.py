@@ -3,7 +3,8 @@
 The scenario suite (:mod:`outlive_conformance.suite`) shows a backend reproduces the article's
 runs; this suite pins down the edges a backend author most often gets wrong — an engine error
 leaking untyped, a refused command leaving a trace, a retried command applied twice, one work's
-writes reaching another. Subclass :class:`BackendContractSuite` with a ``backend_url`` fixture;
+writes reaching another, and (:mod:`outlive_conformance.hostile`) what a hostile caller holding
+the URL tries. Subclass :class:`BackendContractSuite` with a ``backend_url`` fixture;
 add :class:`DurableBackendContract` when the backend claims durability.
 """
 
@@ -28,6 +29,7 @@ from outlive.errors import (
 )
 from outlive.hashing import content_hash, input_key
 
+from .hostile import HostileCallerContract
 from .requirements import requires
 from .testing import FORM, V1, V2, BackendFixture, open_work, summarise, unique_work_id
 
@@ -39,7 +41,7 @@ async def _unchanged(backend: Backend, work_id: str, before: Any) -> None:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-class BackendContractSuite(BackendFixture):
+class BackendContractSuite(BackendFixture, HostileCallerContract):
     async def test_a_replaced_owner_is_refused_and_nothing_is_written(
             self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)

@@ -1,0 +1,66 @@
+"""The hostile caller: what a buggy or fenced-out worker holding the backend's URL tries.
+
+Every backend passes these (they are part of :class:`~outlive_conformance.contract.BackendContractSuite`,
+so a third-party backend runs them with the plugin): the store must hand each command to the
+ledger with the command's own fields intact, so the ledger's refusals reach the caller typed and
+nothing is written. A store that rebuilds commands from a subset of their fields, caches an
+answer by command type, or takes a write's identifiers from the writer fails here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outlive import Backend, Contract
+from outlive import ledger as L
+from outlive.errors import ContractFailed, NotController
+from outlive.rules import StrictCurrent, dependable
+
+from .testing import FORM, V1, open_work
+
+__all__ = ["HostileCallerContract"]
+
+MYSELF = Contract(name="none", version="0", assessor="myself")
+
+
+async def _unchanged(backend: Backend, work_id: str, before: Any) -> None:
+    assert await backend.load(work_id) == before, "a refused command changed the ledger"
+
+
+@pytest.mark.asyncio(loop_scope="session")
+class HostileCallerContract:
+    """A worker holds its token, its secret and the URL; the controller's role stays the
+    controller's, and what the worker writes is what the store checks."""
+
+    async def test_a_worker_cannot_issue_the_controllers_commands(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        await w.steps(V1)
+        cand = await w.worker.candidate({"sections": 2})
+        before = await outlive_backend.load(w.work_id)
+        secret = w.attempt.secret
+        for cmd in (
+            L.MarkUnknown(attempt=w.attempt.number, at=1, credential=secret),
+            L.MarkStopped(attempt=w.attempt.number, at=1),
+            L.Admit(at=1, key_hash=L.key_hash("mine")),
+            L.PublishInput(version="mine", parts={"s1": "0" * 64}, at=1, credential=secret),
+            L.Accept(digest=cand.digest, contract=MYSELF, verdict=True, at=1, credential=secret),
+        ):
+            with pytest.raises(NotController):
+                await outlive_backend.execute(w.work_id, cmd)
+        await _unchanged(outlive_backend, w.work_id, before)
+        st = await outlive_backend.load(w.work_id)
+        assert st is not None and dependable(st, StrictCurrent()) is None
+
+    async def test_a_judges_refusal_is_a_record(self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        await w.steps(V1)
+        cand = await w.worker.candidate({"sections": 2})
+        with pytest.raises(ContractFailed):
+            await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (False, "too short"))
+        st = await outlive_backend.load(w.work_id)
+        assert st is not None
+        assert [(r.digest, r.contract, r.reason) for r in st.refusals] == \
+            [(cand.digest, FORM, "too short")]
