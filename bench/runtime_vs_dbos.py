@@ -114,6 +114,111 @@ async def _outlive_idle(url: str, n: int) -> dict[str, Any]:
         return {"works": n, "cpu_share": cpu, "max_rss_mb": rss}
 
 
+# -- recovery: a serving runtime SIGKILLed with works in flight -----------------------------
+#: The kind ``outlive serve runtime_vs_dbos:RECOVERING`` runs (a few ms per step, so a kill
+#: finds works in flight); its feed is a SQLite receiver shared by every process.
+def _recovering_kind() -> Any:
+    import outlive
+    from outlive import Contract, Kind, Lease
+
+    feed_path = os.environ.get("OUTLIVE_BENCH_FEED", "")
+
+    def post(key: str | None, payload: Any) -> outlive.Receipt:
+        feed = _FEED.get("feed")
+        if feed is None:
+            feed = _FEED["feed"] = outlive.SqliteReceiver(feed_path)
+
+        def apply(conn: Any, body: Any) -> str:
+            conn.execute("CREATE TABLE IF NOT EXISTS posts (op_key TEXT)")
+            conn.execute("INSERT INTO posts VALUES (?)", (key,))
+            return f"post:{key}"
+        return feed.receive(key, payload, apply)
+
+    async def attempt(ctx: outlive.AttemptContext) -> None:
+        w = ctx.worker
+
+        async def summarise_slowly(**inputs: Any) -> str:
+            await asyncio.sleep(0.005)
+            return summarise(**inputs)
+        for part in SECTIONS:
+            await w.step(part, summarise_slowly, **{part: ctx.inputs[part]})
+        acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+        await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
+                       send=post)
+
+    return Kind(name="recovering", attempt=attempt,
+                contract=Contract(name="f", version="1", assessor="r"),
+                inputs=lambda version: _parts(int(version.split("-")[1])),
+                lease=Lease(heartbeat_interval=1_000, missed_beats=2, start_grace=2_000),
+                concurrency=None)
+
+
+_FEED: dict[str, Any] = {}
+RECOVERING = _recovering_kind() if os.environ.get("OUTLIVE_BENCH_FEED") else None
+
+
+def _serve(url: str, feed: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "OUTLIVE_BENCH_FEED": str(feed),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "outlive.cli", "serve",
+                             "runtime_vs_dbos:RECOVERING", "--backend", url, "--quiet",
+                             "--discover", "0.2"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+async def _recovery(url: str, feed: Path, n: int, runtimes: int) -> dict[str, Any]:
+    """``runtimes`` serving processes, ``n`` works; SIGKILL one with works in flight (and start
+    it again when it was the only one): how long until every work completes, each once."""
+    import signal
+
+    import outlive
+    procs = [_serve(url, feed) for _ in range(runtimes)]
+    try:
+        async with outlive.Runtime(url, [], supervise=False, report_errors=False) as client:
+            await asyncio.sleep(1.5)
+            for i in range(n):
+                await client.start("recovering", f"rec/{i}", f"v-{i}", _parts(i))
+            pending = {f"rec/{i}" for i in range(n)}
+            states: dict[str, Any] = {}
+
+            async def sweep() -> None:   # reads only the works not yet seen complete
+                for wid in sorted(pending):
+                    st = (await client.handle(wid).state())
+                    if st.status == "completed":
+                        pending.discard(wid)
+                        states[wid] = st.state
+            while len(pending) > n - n // 10:
+                await asyncio.sleep(0.2)
+                await sweep()
+            procs[0].send_signal(signal.SIGKILL)
+            procs[0].wait()
+            await sweep()
+            in_flight = len(pending)
+            t0 = time.perf_counter()
+            if runtimes == 1:
+                procs[0] = _serve(url, feed)
+            while pending:
+                await asyncio.sleep(0.2)
+                await sweep()
+            took = time.perf_counter() - t0
+            accepted_once = all(len(st.acceptances) == 1 for st in states.values())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    import sqlite3
+    with sqlite3.connect(feed) as conn:
+        keys = [k for (k,) in conn.execute("SELECT op_key FROM posts")]
+    return {"works": n, "in_flight_at_kill": in_flight, "last_done_after_s": took,
+            "accepted_once": accepted_once, "announced_once": len(keys) == n == len(set(keys)),
+            "lease_s": 2.0}
+
+
 # -- DBOS ------------------------------------------------------------------------------------
 async def _dbos(url: str, mode: str, n: int, in_flight: int) -> dict[str, Any]:
     from dbos import DBOS, DBOSConfig
@@ -216,6 +321,8 @@ def main() -> None:
     ap.add_argument("--latency-n", type=int, default=100)
     ap.add_argument("--throughput-n", type=int, default=1000)
     ap.add_argument("--idle-n", type=int, default=10_000)
+    ap.add_argument("--recovery-n", type=int, default=1000)
+    ap.add_argument("--skip-recovery", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.side:
@@ -251,6 +358,25 @@ def main() -> None:
                     report["rows"].append(row)
                     print(f"{store:10} {mode:10} ratio {min(ratios):.2f}-{max(ratios):.2f}x  "
                           f"target {row['target']}  {'meets' if ok else 'MISSES'}", flush=True)
+                if not args.skip_recovery:
+                    o_url, _ = _urls(store, tmp, server, "rec")
+                    kinds = [1] if store == "sqlite" else [1, 2]
+                    for runtimes in kinds:
+                        feed = tmp / f"feed-{store}-{runtimes}.db"
+                        rec = asyncio.run(_recovery(o_url if runtimes == 1 else
+                                                    _urls(store, tmp, server, "rec2")[0],
+                                                    feed, args.recovery_n, runtimes))
+                        ok = (rec["accepted_once"] and rec["announced_once"]
+                              and rec["last_done_after_s"] <= rec["lease_s"] + 2)
+                        how = "restarted" if runtimes == 1 else "one of two killed"
+                        report["rows"].append({"store": store, "mode": f"recovery ({how})",
+                                               **rec, "target": "all once, within lease + 2 s",
+                                               "meets": ok})
+                        print(f"{store:10} recovery   {how}: {rec['in_flight_at_kill']} of "
+                              f"{rec['works']} in flight, all done {rec['last_done_after_s']:.2f} s "
+                              f"later (lease {rec['lease_s']:.0f} s), accepted once "
+                              f"{rec['accepted_once']}, announced once {rec['announced_once']}  "
+                              f"{'meets' if ok else 'MISSES'}", flush=True)
                 if store == "sqlite":
                     o_url, _ = _urls(store, tmp, server, "idle")
                     idle = _run("outlive", "idle", o_url, args.idle_n, 0)

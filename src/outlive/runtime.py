@@ -724,8 +724,7 @@ class Runtime:
             details = {"work_id": st.work_id, "type": f.type, "error": f.message,
                        "traceback": f.traceback}
             if f.type == "GaveUp" or f.retryable:
-                raise GaveUp(f"gave up on {st.work_id} after {len(st.attempts)} attempts; the "
-                             f"last error: {f.message}", **details)
+                raise GaveUp(f"gave up on {st.work_id}: {f.message}", **details)
             raise WorkFailed(f"{st.work_id} failed: {f.type}: {f.message}", **details)
         complete = kind.is_complete(st) if kind is not None else work_complete(st)
         cur = st.current_attempt
@@ -968,7 +967,8 @@ class Runtime:
             worker = Worker(self._backend, att, inputs, persist=w.kind.persist, clock=self.clock)
             await worker.start()
             ctx = _Context(self, worker, w.kind, inputs)
-            async with worker.renewing(w.kind.lease.heartbeat_interval):
+            # start() claimed the attempt just now: that is its sign of life
+            async with worker.renewing(w.kind.lease.heartbeat_interval, at_once=False):
                 await _maybe(fn(ctx))
                 if await worker.parked():   # waits on a person: whoever answers carries it on
                     w.running = None

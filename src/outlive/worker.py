@@ -179,6 +179,9 @@ class Worker:
         self.replaced = False
         #: What this worker last said the attempt waits for (:meth:`wait`), until :meth:`resume`.
         self.waits: str | None = None
+        #: When (this worker's clock) a write of its own last landed: a sign of life already
+        #: given, so the background renewal need not send one as well.
+        self.last_sign: int | None = None
 
     @property
     def work_id(self) -> str:
@@ -256,7 +259,9 @@ class Worker:
         return self._found.lookup(step, key, st.policy.pins)
 
     async def _call(self, cmd: L.Command) -> L.Outcome:
-        return await _observe.execute(self.backend, self.work_id, cmd)
+        out = await _observe.execute(self.backend, self.work_id, cmd)
+        self.last_sign = self.clock()
+        return out
 
     def _prepare(self, name: str, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> _Prepared:
         ins, external = _unwrap(inputs)
@@ -372,8 +377,11 @@ class Worker:
         return out.kind in ("beat", "revived")
 
     @contextlib.asynccontextmanager
-    async def renewing(self, interval_ms: int) -> AsyncIterator[None]:
+    async def renewing(self, interval_ms: int, *, at_once: bool = True) -> AsyncIterator[None]:
         """Renew the lease every ``interval_ms`` in the background while the block runs.
+
+        ``at_once=False`` waits one interval before the first beat, for a caller whose claim
+        (:meth:`start`) was the sign of life a moment ago: a beat then would be a write for nothing.
 
         A long model call is then not silence. Renewal stops when the block ends or when a beat
         answers that the attempt was replaced (its next fenced write is refused anyway). A beat
@@ -381,9 +389,16 @@ class Worker:
         the token is the guarantee.
         """
         async def beat() -> None:
+            first = at_once
+            if not first:
+                await asyncio.sleep(interval_ms / 1000)
             while True:     # the first beat at once: "started" is the first sign of life
                 try:
-                    if not await self.heartbeat():
+                    # a write of the attempt's own within half an interval was a sign of life
+                    recent = (not first and self.last_sign is not None
+                              and self.clock() - self.last_sign < interval_ms / 2)
+                    first = False
+                    if not recent and not await self.heartbeat():
                         return
                 except asyncio.CancelledError:
                     raise
