@@ -68,8 +68,9 @@ async def small(ctx: outlive.AttemptContext) -> None:
                    send=post)
 
 
+# Leases short enough for quick tests, long enough for a loaded two-core machine.
 SMALL = Kind(name="small", attempt=small, contract=CONTRACT, inputs=parts_for,
-             lease=Lease(heartbeat_interval=200, missed_beats=2, start_grace=400),
+             lease=Lease(heartbeat_interval=400, missed_beats=3, start_grace=2_000),
              retry=RetryPolicy(maximum_attempts=3, initial_interval=0.01))
 
 #: How many times each failing kind's attempt ran (per process).
@@ -121,15 +122,15 @@ async def no_receipt(ctx: outlive.AttemptContext) -> None:
 
 
 async def slow(ctx: outlive.AttemptContext) -> None:
-    """Longer than its lease: the renewal keeps it alive."""
-    await asyncio.sleep(float(ctx.args[0]) if ctx.args else 0.6)
+    """Longer than its lease (1.2 s): the renewal keeps it alive."""
+    await asyncio.sleep(float(ctx.args[0]) if ctx.args else 2.0)
     await small(ctx)
 
 
 def _kind(name: str, attempt: Any, **kw: Any) -> Kind:
     base: dict[str, Any] = dict(contract=CONTRACT, inputs=parts_for,
-                                lease=Lease(heartbeat_interval=200, missed_beats=2,
-                                            start_grace=400),
+                                lease=Lease(heartbeat_interval=400, missed_beats=3,
+                                            start_grace=2_000),
                                 retry=RetryPolicy(maximum_attempts=4, initial_interval=0.01))
     base.update(kw)
     return Kind(name=name, attempt=attempt, **base)
