@@ -408,3 +408,44 @@ async def test_parallel_nodes_in_one_superstep_each_journal_their_step_on_sqlite
     out = await asyncio.wait_for(
         run(graph, {"i": 1}, worker=w, config={"configurable": {"thread_id": "pair2"}}), 10)
     assert out == {"i": 1, "a": 2, "b": 3} and sorted(calls) == ["a", "b"]   # restored
+
+
+async def test_a_task_hands_langgraph_its_result_once_queued_and_the_user_once_committed(
+        sqlite_backend: LangGraphBackend) -> None:
+    """On ``langgraph+sqlite`` too, an ``outlive_task``'s body returns its envelope to LangGraph
+    once its journal write is queued to the connection's thread, and the user's ``await`` gets
+    the result only after the commit. Each commit is slowed here, so LangGraph's ``put_writes``
+    of the task comes while the write is in flight: it waits for it and is answered as done (one
+    row per task); each entry is committed before the user's next line runs."""
+    b = sqlite_backend
+    saver = _saver(b)
+    seen: list[int] = []
+    path = b.path  # type: ignore[attr-defined]
+
+    def journaled() -> int:
+        with sqlite3.connect(path) as conn:
+            (n,) = conn.execute("SELECT seq FROM outlive_works WHERE work_id = 'q3'").fetchone()
+        return int(n)
+
+    @entrypoint(checkpointer=saver)
+    async def prog(n: int) -> list[int]:
+        out = []
+        for i in range(n):
+            out.append((await step(i))["i"])
+            seen.append(await asyncio.to_thread(journaled))
+        return out
+
+    w = await _worker(b)
+    start = await asyncio.to_thread(journaled)
+    store = b._store  # type: ignore[attr-defined]
+    store.before_commit = lambda conn: __import__("time").sleep(0.05)   # a slow disk
+    try:
+        assert await run(prog, 4, worker=w) == list(range(4))
+    finally:
+        store.before_commit = None
+    assert saver.merged == 4 and saver.waited >= 1, "put_writes came in flight, answered as done"
+    assert seen == [start + i + 1 for i in range(4)], "committed before the user's next line"
+    with sqlite3.connect(path) as conn:
+        (rows,) = conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'q3' AND "
+                               "channel = '__return__'").fetchone()
+    assert rows == 4

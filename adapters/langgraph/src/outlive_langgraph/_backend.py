@@ -367,6 +367,9 @@ class LangGraphSqliteBackend(LangGraphBackend):
 
     capabilities = frozenset({"atomic-commands", "durable", "multi-process"})
     merges_task_writes = True
+    #: An ``outlive_task``'s body returns once its journal write is queued to the connection's
+    #: thread; the user's ``await`` of the step still waits for the commit (see ``_engine``).
+    returns_when_sent = True
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -549,15 +552,28 @@ class LangGraphSqliteBackend(LangGraphBackend):
             finally:
                 ledger.before_commit = before
 
+        landed: asyncio.Future[None] | None = None
+        if on_send is not None:
+            # LangGraph's own ``put_writes`` of the task may come before the commit: it waits.
+            landed = saver.in_flight[slot.task_id] = asyncio.get_running_loop().create_future()
         try:
-            out: Outcome = await self._in_thread(run)
+            pending = self._in_thread(run)
+            if on_send is not None:
+                # Queued in the connection's thread by the time anything else runs on the loop
+                # (aiosqlite queues before its first await): the task may return meanwhile.
+                on_send()
+            out: Outcome = await pending
         finally:
             for held in carried:   # committed with the entry, or left for its own write
                 if not held.done.done():
                     held.done.set_result(bool(wrote))
                     saver.carried_puts += bool(wrote)
-        if wrote and announce:
-            saver.wrote(slot, writes)
+            if wrote and announce:
+                saver.wrote(slot, writes)
+            if landed is not None:
+                if saver.in_flight.get(slot.task_id) is landed:
+                    del saver.in_flight[slot.task_id]
+                landed.set_result(None)
         return out, bool(wrote)
 
     async def record_wait(self, worker: Worker, reason: str) -> None:

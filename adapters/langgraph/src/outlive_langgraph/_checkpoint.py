@@ -353,6 +353,11 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
         self.held = 0
         self.carried = 0
         self._held = {}
+        #: Task id -> the end of a journal write carrying that task's row, queued but maybe not
+        #: committed yet (its task returned once it was queued).
+        self.in_flight: dict[str, asyncio.Future[None]] = {}
+        #: LangGraph ``put_writes`` that came while their task's journal write was in flight.
+        self.waited = 0
 
     async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, as one call.
@@ -515,6 +520,10 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
             return  # written with the step's journal entry, in its transaction
         if is_special(writes):
             await note_wait(config, writes)   # a person's wait begins or ends
+        landing = self.in_flight.get(task_id) if self.in_flight else None
+        if landing is not None:
+            self.waited += 1
+            await asyncio.shield(landing)   # the row's journal write, queued: wait for its end
         conf = config["configurable"]
         if self._carried:
             self.release(str(conf["thread_id"]))   # no journal entry will carry them now
