@@ -7,7 +7,10 @@ Side by side, alternating in rounds, the same agent and fake model (a read-only 
   same agent with ``journaled(model)`` and ``outlive_tools`` on a ``sqlite://`` ledger beside it
   (each model call and tool call one journaled step);
 - pydantic-ai: ``DBOSAgent`` (pydantic-ai's durable agent, DBOS on SQLite) vs the same agent
-  under ``outlive_overrides`` on a ``sqlite://`` ledger.
+  under ``outlive_overrides`` on a ``sqlite://`` ledger;
+- the OpenAI Agents SDK on Temporal: a workflow running the agent with ``OpenAIAgentsPlugin``
+  alone (each model call and tool call an activity) vs the same workflow extending
+  ``outlive_temporal.Work`` with ``run_agent`` and ``OutliveAgentsPlugin`` (a dev server).
 
 Reported: microseconds per model call (median of each round's runs) and the ratio
 outlive / baseline per round (target <= 1.10). Run: ``make bench-agents``.
@@ -22,10 +25,18 @@ import statistics
 import tempfile
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from agents import Agent, Model, Runner
+from temporalio import activity, workflow
+from temporalio.contrib import openai_agents as temporal_agents
+from temporalio.contrib.openai_agents.testing import ResponseBuilders
+
 import outlive
+from outlive_agents.openai_agents import run_agent
+from outlive_temporal import Attempt, Work
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 # DBOSAgent warns that it is being replaced by the DBOSDurability capability; it is the durable
@@ -186,15 +197,125 @@ class _Dbos:
 
         DBOS.destroy()
 
+# -- the OpenAI Agents SDK on Temporal ---------------------------------------------------------
+@activity.defn
+async def read_attachment(name: str) -> str:
+    """Read one attachment of the ticket."""
+    return TEXT
+
+
+def _agent() -> Any:
+    return Agent(name="digest", instructions="Write the Q3 digest.", tools=[
+        temporal_agents.workflow.activity_as_tool(
+            read_attachment, start_to_close_timeout=timedelta(seconds=30))])
+
+
+@workflow.defn(name="BaselineAgent")
+class BaselineAgent:
+    @workflow.run
+    async def run(self, question: str) -> str:
+        result = await Runner.run(_agent(), input=question)
+        return str(result.final_output)
+
+
+@workflow.defn(name="OutliveAgent")
+class OutliveAgent(Work):
+    @workflow.run
+    async def run(self, question: str) -> str:
+        return await self.drive(self.attempt, {"question": question})
+
+    async def attempt(self, a: Attempt, inputs: dict[str, str]) -> str:
+        result = await run_agent(a, _agent(), inputs["question"], inputs=inputs)
+        await a.accept({"answer": result.final_output})
+        return str(result.final_output)
+
+
+class _Script(Model):
+    """Calls the tool ``turns`` times, then answers (in the model activity)."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                           **kwargs: Any) -> Any:
+        items = input if isinstance(input, list) else []
+        turn = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call")
+        if turn < self.turns:
+            return ResponseBuilders.tool_call('{"name": "report"}', "read_attachment",
+                                              call_id=f"c{turn}")
+        return ResponseBuilders.output_message("Q3 revenue was 4.7 million.")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def _temporal_parts(turns: int) -> dict[str, Any]:
+    return {"baseline": BaselineAgent, "ours": OutliveAgent, "activity": read_attachment,
+            "model": _Script(turns)}
+
+
+class _Temporal:
+    """A dev server, one client with both plugins' sets, one worker for both workflows."""
+
+    def __init__(self, tmp: Path, turns: int) -> None:
+        self.tmp, self.turns = tmp, turns
+        self.parts = _temporal_parts(turns)
+
+    async def __aenter__(self) -> _Temporal:
+        from datetime import timedelta
+
+        from agents import set_tracing_disabled
+        from temporalio.client import Client
+        from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+        from temporalio.contrib.openai_agents.testing import TestModelProvider
+        from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+        from outlive_agents.openai_agents import OutliveAgentsPlugin
+        from outlive_temporal import DevServer, OutlivePlugin
+
+        set_tracing_disabled(True)
+        self.server = DevServer(self.tmp / "temporal")
+        self.server.__enter__()
+        plugin = OpenAIAgentsPlugin(model_params=ModelActivityParameters(
+            start_to_close_timeout=timedelta(seconds=30)),
+            model_provider=TestModelProvider(self.parts["model"]))
+        self.client = await Client.connect(
+            self.server.address, plugins=[plugin, OutlivePlugin(), OutliveAgentsPlugin()])
+        self.worker = Worker(self.client, task_queue="bench-agents",
+                             workflows=[self.parts["baseline"], self.parts["ours"]],
+                             activities=[self.parts["activity"]],
+                             workflow_runner=UnsandboxedWorkflowRunner())
+        await self.worker.__aenter__()
+        return self
+
+    async def runs(self, runs: int, ours: bool, seq: list[int]) -> list[float]:
+        workflow = self.parts["ours" if ours else "baseline"]
+        out = []
+        for _ in range(runs):
+            seq[0] += 1
+            t0 = time.perf_counter()
+            await self.client.execute_workflow(workflow.run, "Write the Q3 digest.",
+                                               id=f"t{seq[0]}", task_queue="bench-agents")
+            out.append((time.perf_counter() - t0) / (self.turns + 1))
+        return out
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.worker.__aexit__(None, None, None)
+        self.server.__exit__(None, None, None)
+
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=20, help="agent runs per side per round")
     ap.add_argument("--turns", type=int, default=8, help="tool turns per run (model calls - 1)")
+    ap.add_argument("--temporal-runs", type=int, default=5,
+                    help="workflow runs per side per round on Temporal")
+    ap.add_argument("--skip-temporal", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    rows: dict[str, list[dict[str, float]]] = {"langgraph": [], "pydantic-ai": []}
+    rows: dict[str, list[dict[str, float]]] = {"langgraph": [], "pydantic-ai": [],
+                                               "openai-agents-temporal": []}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         seq = [0]
@@ -222,9 +343,24 @@ async def main() -> None:
                                             "ratio": ours / base})
         finally:
             dbos.close()
+        if not args.skip_temporal:
+            async with _Temporal(tmp, args.turns) as temporal:
+                await temporal.runs(2, False, seq)
+                await temporal.runs(2, True, seq)
+                for r in range(args.rounds):
+                    order = (False, True) if r % 2 == 0 else (True, False)
+                    got = {o: statistics.median(await temporal.runs(args.temporal_runs, o, seq))
+                           for o in order}
+                    rows["openai-agents-temporal"].append(
+                        {"baseline_us": got[False] * 1e6, "outlive_us": got[True] * 1e6,
+                         "ratio": got[True] / got[False]})
     names = {"langgraph": "LangGraph create_react_agent: AsyncSqliteSaver alone vs + outlive",
-             "pydantic-ai": "pydantic-ai Agent: DBOSAgent (SQLite) vs outlive (sqlite://)"}
+             "pydantic-ai": "pydantic-ai Agent: DBOSAgent (SQLite) vs outlive (sqlite://)",
+             "openai-agents-temporal": "OpenAI Agents SDK on Temporal: OpenAIAgentsPlugin alone "
+                                       "vs + OutliveAgentsPlugin (Work, run_agent)"}
     for key, rounds in rows.items():
+        if not rounds:
+            continue
         ratios = [x["ratio"] for x in rounds]
         base = [x["baseline_us"] for x in rounds]
         ours = [x["outlive_us"] for x in rounds]
