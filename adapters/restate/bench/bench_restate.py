@@ -195,7 +195,6 @@ async def replica_takeover(server: RestateServer, leases_ms: tuple[int, ...],
                     (proc,) = [p for p in server.replicas if p.pid == int(pid.read_text())]
                     proc.send_signal(signal.SIGSTOP)
                     try:
-                        await asyncio.sleep(0.3)   # reads only once the balancer knows
                         st = await _second_finished(backend, work)
                     finally:
                         proc.send_signal(signal.SIGCONT)

@@ -8,7 +8,6 @@ replace the paused attempt there. No client is involved after the start.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import uuid
 from collections.abc import Iterator
@@ -62,9 +61,6 @@ async def test_a_paused_replica_is_replaced_through_the_other(
         (proc,) = [p for p in server.replicas if p.pid == paused]
         proc.send_signal(signal.SIGSTOP)
         try:
-            # a read sent to the paused replica before the balancer's pings take it out of
-            # the rotation (0.1 s) would wait for Restate's timeouts (~10 s): read after
-            await asyncio.sleep(0.5)
             st = await until("#2 to finish", lambda: finished(backend, work), timeout=60)
         finally:
             proc.send_signal(signal.SIGCONT)

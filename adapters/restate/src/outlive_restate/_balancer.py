@@ -7,8 +7,10 @@ replicas of a deployment sit behind a load balancer that spreads *streams*: each
 one stream. This one picks a replica per stream, round robin over the replicas that answer, and
 health-checks them with HTTP/2 PINGs on its own connection to each: a replica whose ack is late
 by ``--unhealthy-after`` seconds (paused, wedged, gone) gets no new stream until it acks again,
-as a readiness probe takes a pod out of a Service. Streams already open on it stay there: Restate
-ends them when its own timeouts say so.
+as a readiness probe takes a pod out of a Service. A stream it had sent there that the replica
+has not answered yet is sent again to a live one (an L7 balancer's retry of an unanswered
+request; Restate only ever hears the replica that answers); a stream already answered stays
+there, and Restate ends it when its own timeouts say so.
 
 For tests and benchmarks of a replicated deployment on one machine (``RestateServer(replicas=2)``),
 not for production: use your platform's L7 balancer there (Knative, Istio, Envoy, an ALB with
@@ -46,6 +48,9 @@ class _Side:
             client_side=client, header_encoding=None, validate_inbound_headers=False,
             validate_outbound_headers=False, normalize_outbound_headers=False))
         self.peer: dict[int, tuple[_Side, int]] = {}   # stream -> the other side's stream
+        #: A request's frames so far, kept (on the side facing Restate) until its replica
+        #: answers: a stream no replica answered yet can be sent again to another one.
+        self.unanswered: dict[int, list[_Item]] = {}
         self.queued: dict[int, list[_Item]] = {}       # what waits for flow-control window
         self.closed = False
 
@@ -144,9 +149,36 @@ class _Balancer:
                     with contextlib.suppress(OSError, asyncio.TimeoutError):
                         await rep.connect(self.unhealthy_after)
                 elif rep.ping_sent is not None and now - rep.ping_sent > self.unhealthy_after:
-                    rep.healthy = False
+                    if rep.healthy:
+                        rep.healthy = False
+                        self.resend(rep)
                 rep.ping()
             await asyncio.sleep(every)
+
+    def resend(self, rep: _Replica) -> None:
+        """Send every stream ``rep`` has not answered to a replica that answers its pings.
+
+        What an L7 balancer retries safely: a request whose replica sent nothing back (a paused
+        process read nothing, or read it and will never be heard: Restate only ever sees the
+        answer of the replica that answers). The stream on ``rep`` is reset.
+        """
+        if rep.side is None:
+            return
+        for usid, (down, dsid) in list(rep.side.peer.items()):
+            frames = down.unanswered.get(dsid)
+            if frames is None:
+                continue
+            other = self.pick()
+            if other is None or other is rep or other.side is None or not other.healthy:
+                return
+            rep.side.peer.pop(usid, None)
+            rep.side.put(usid, ("reset", 8, True))          # CANCEL
+            up = other.side
+            nsid = up.conn.get_next_available_stream_id()
+            down.peer[dsid] = (up, nsid)
+            up.peer[nsid] = (down, dsid)
+            for item in frames:
+                up.put(nsid, item)
 
     async def downstream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         side = _Side(reader, writer, client=False)
@@ -188,19 +220,27 @@ def _on(side: _Side, event: h2.events.Event, replica: _Replica | None,
         usid = up.conn.get_next_available_stream_id()
         side.peer[event.stream_id] = (up, usid)
         up.peer[usid] = (side, event.stream_id)
-        up.put(usid, ("headers", event.headers, bool(event.stream_ended)))
+        first: _Item = ("headers", event.headers, bool(event.stream_ended))
+        side.unanswered[event.stream_id] = [first]
+        up.put(usid, first)
     # every frame carries its own END_STREAM flag over (``stream_ended``): no StreamEnded case
     elif isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
         if event.stream_id in side.peer:
             other, osid = side.peer[event.stream_id]
+            other.unanswered.pop(osid, None)      # answered: it stays on this replica
             other.put(osid, ("headers", event.headers, bool(event.stream_ended)))
     elif isinstance(event, h2.events.DataReceived):
         side.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         if event.stream_id in side.peer:
             other, osid = side.peer[event.stream_id]
-            other.put(osid, ("data", event.data, bool(event.stream_ended)))
+            item: _Item = ("data", event.data, bool(event.stream_ended))
+            kept = side.unanswered.get(event.stream_id)
+            if kept is not None:
+                kept.append(item)
+            other.put(osid, item)
     elif isinstance(event, h2.events.StreamReset):
         got = side.peer.pop(event.stream_id, None)
+        side.unanswered.pop(event.stream_id, None)
         if got is not None:
             other, osid = got
             other.peer.pop(osid, None)
