@@ -353,3 +353,30 @@ async def test_an_exception_inside_waiting_leaves_the_attempt_running(
     att = st.attempts[0]
     assert att.state is outlive.AttemptState.RUNNING
     assert att.waiting_for is None and att.waiting_since is None
+
+
+async def test_on_postgresql_the_lease_clock_is_the_servers(
+        pg: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose clock runs an hour ahead writes through postgresql://: the times recorded
+    are the server's, not the host's."""
+    url = pg.create_database(f"clock_{uuid.uuid4().hex[:8]}")
+    real = time.time
+    b = await outlive.open_backend(url)
+    try:
+        monkeypatch.setattr(time, "time", lambda: real() + HOUR / 1000)   # this host runs ahead
+        ctl = Controller(b)                     # its clock: the host's (an hour ahead)
+        await ctl.open_work("w")
+        await ctl.publish("w", "v1", V1)
+        att = await ctl.admit("w")
+        w = Worker(b, att, V1)
+        await w.start()
+        await w.step("s2", lambda s2: "r", s2=V1["s2"])
+        st = await b.load("w")
+        monkeypatch.undo()
+        now = _ms()
+        assert st is not None
+        assert now - 60_000 < att.admitted_at <= now
+        assert st.attempts[0].last_heartbeat <= now and st.inputs[0].at <= now
+    finally:
+        monkeypatch.undo()
+        await b.close()

@@ -404,6 +404,10 @@ class SqlLedgerStore:
         self.last_write_bytes = 0
         #: Writes that lost the compare-and-set to another writer and were re-applied.
         self.conflicts = 0
+        #: The store's clock (ms since the epoch): no time a caller supplies is recorded as
+        #: later than it. This process's clock for SQLite (every writer of the file is on this
+        #: host); the server's for PostgreSQL (its driver sets it), whatever host writes.
+        self.now: Callable[[], int] = _now_ms
         self._insert_head = dialect.sql(_INSERT_HEAD)
         self._update_head = dialect.sql(_UPDATE_HEAD)
         self._read = dialect.sql(_READ)
@@ -644,7 +648,7 @@ def command_flow(store: SqlLedgerStore, work_id: str,
             work, optimistic = optimistic, None
             view = work.view(prepared)
             try:
-                new, outcome = apply(view, prepared, work_id=work_id, now=_now_ms())
+                new, outcome = apply(view, prepared, work_id=work_id, now=store.now())
             except OutliveError:
                 continue  # decided on a possibly stale copy: decide again on the stored state
             if not changed(view, new):
@@ -652,7 +656,7 @@ def command_flow(store: SqlLedgerStore, work_id: str,
         else:
             work = yield from _load(store, work_id)
             view = work.view(prepared) if work is not None else None
-            new, outcome = apply(view, prepared, work_id=work_id, now=_now_ms())
+            new, outcome = apply(view, prepared, work_id=work_id, now=store.now())
             if not changed(view, new):
                 return outcome
         write_id = store.write_id()
