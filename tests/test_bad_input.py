@@ -254,3 +254,54 @@ async def test_no_returned_or_accepted_object_reaches_stored_state(pair: Pair) -
         assert L.candidate_digest("m", c.version, c.parts, c.content) == c.digest
         assert fresh.journal[0].result == {"summary": "Intro."}
         assert fresh.inputs[0].parts == {"s1": content_hash(V1["s1"])}
+
+
+#: (call, the argument it names): a wrong type at each public entry point.
+WRONG_TYPES: list[tuple[str, str]] = [
+    ("ctl.assess('w', None, C, lambda c, v: (True, 'ok'))", "digest"),
+    ("ctl.assess('w', 'abc', None, lambda c, v: (True, 'ok'))", "contract"),
+    ("ctl.assess('w', 'abc', C, None)", "assessor"),
+    ("ctl.publish('w', 'v2', None)", "parts"),
+    ("ctl.publish('w', ['v2'], V1)", "version"),
+    ("ctl.dependable('w', 'strict')", "rule"),
+    ("w.step(['s2'], lambda s2: 'r', s2=V1['s2'])", "name"),
+    ("w.step('s2', 'not a function', s2=V1['s2'])", "fn"),
+    ("w.candidate({'c': 1}, 's1')", "steps"),
+    ("w.effect(None, {'m': 1}, lambda k, p: None)", "op_key"),
+    ("w.effect('op', {'m': 1}, None)", "send"),
+    ("w.resend(['op'], lambda k, p: None)", "op_key"),
+    ("outlive.open_backend(None)", "url"),
+]
+
+
+@pytest.mark.parametrize(("call", "name"), WRONG_TYPES)
+async def test_public_entry_points_refuse_a_wrong_type_naming_the_argument(
+        backend: outlive.Backend, call: str, name: str) -> None:
+    ctl = Controller(backend, clock=lambda: 0)
+    await ctl.open_work("w")
+    await ctl.publish("w", "v1", V1)
+    w = Worker(backend, await ctl.admit("w"), V1, clock=lambda: 1)
+    await w.start()
+    await w.step("s1", lambda s1: {"s": s1}, s1=V1["s1"])
+    before = codec.dumps(await backend.load("w"))
+    env = {"ctl": ctl, "w": w, "C": C, "V1": V1, "outlive": outlive}
+    with pytest.raises(E.InvalidArgument) as info:
+        await eval(call, env)
+    assert info.value.details["argument"] == name and f"{name} must be" in info.value.message
+    assert isinstance(info.value, TypeError)          # as Python's own wrong-type errors are
+    assert codec.dumps(await backend.load("w")) == before
+
+
+@pytest.mark.parametrize(("make", "name"), [
+    ("Worker(backend, None, V1)", "attempt"),
+    ("Worker(None, None)", "backend"),
+    ("Controller(None)", "backend"),
+    ("Controller(backend, clock=5)", "clock"),
+    ("outlive.Supervisor(backend, None)", "definition"),
+])
+def test_constructors_refuse_a_wrong_type_naming_the_argument(
+        backend: outlive.Backend, make: str, name: str) -> None:
+    with pytest.raises(E.InvalidArgument) as info:
+        eval(make, {"Worker": Worker, "Controller": Controller, "backend": backend, "V1": V1,
+                    "outlive": outlive})
+    assert info.value.details["argument"] == name

@@ -148,3 +148,13 @@ async def test_the_harness_tells_any_story_in_the_scenarios_own_words() -> None:
     assert "million" not in prose and "newsletter" not in prose and "section 2" not in prose
     assert "ticker admitted" in prose and "4.7 units" in prose and "s2 changed" in prose
     assert s.consumer_name == "ticker" and s.figure_unit == "units"
+
+
+@pytest.mark.parametrize("nested", ["[" * 10_000 + "]" * 10_000,
+                                    "{ b = " * 10_000 + "1" + " }" * 10_000])
+def test_a_scenario_nested_ten_thousand_deep_is_refused_typed(tmp_path: Path, nested: str) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text(f"format = 1\na = {nested}\n", encoding="utf-8")
+    with pytest.raises(ScenarioError, match="nested too deep") as info:
+        load_scenario(path)
+    assert str(path) in info.value.message

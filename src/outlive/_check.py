@@ -17,10 +17,11 @@ from enum import Enum
 from typing import Any, Union
 
 from ._clone import _fields, clone
-from .errors import InvalidRecord
+from .errors import InvalidArgument, InvalidRecord
 from .hashing import NOT_JSON, _json_copy, _json_ok, _utf8, check_json
 
-__all__ = ["INT_MAX", "INT_MIN", "check_fields", "check_id", "checked_copy"]
+__all__ = ["INT_MAX", "INT_MIN", "argument", "callable_argument", "check_fields", "check_id",
+           "checked_copy", "text_argument"]
 
 #: The integers every backend stores exactly (SQLite's INTEGER is a signed 64-bit value).
 INT_MIN = -(2 ** 63)
@@ -46,6 +47,42 @@ def check_id(value: Any, what: str) -> str:
         raise InvalidRecord(f"{what} cannot be empty", field=what)
     result: str = value
     return result
+
+
+def argument(value: Any, expected: type | tuple[type, ...], name: str, where: str,
+             what: str | None = None) -> None:
+    """Raise :class:`~outlive.errors.InvalidArgument` naming ``name`` of ``where`` unless
+    ``value`` is an instance of ``expected`` (a public entry point's own type check, so a wrong
+    type is typed before anything runs, never an AttributeError three frames down)."""
+    if not isinstance(value, expected):
+        raise _bad_argument(value, name, where, what or _type_names(expected))
+
+
+def text_argument(value: Any, name: str, where: str) -> None:
+    """:func:`argument` for a non-empty string every backend can store."""
+    if type(value) is str and value and (value.isascii() or _utf8(value)):
+        return
+    if isinstance(value, str) and value and _utf8(value):
+        return
+    raise _bad_argument(value, name, where, "a non-empty string of valid Unicode")
+
+
+def callable_argument(value: Any, name: str, where: str) -> None:
+    """:func:`argument` for a function."""
+    if not callable(value):
+        raise _bad_argument(value, name, where, "callable")
+
+
+def _type_names(expected: type | tuple[type, ...]) -> str:
+    types_ = expected if isinstance(expected, tuple) else (expected,)
+    names = [t.__name__ for t in types_ if t is not type(None)]
+    shown = " or ".join(f"a {n}" for n in names)
+    return shown + (" or None" if type(None) in types_ else "")
+
+
+def _bad_argument(value: Any, name: str, where: str, expected: str) -> InvalidArgument:
+    return InvalidArgument(f"{where}: {name} must be {expected}, not {type(value).__name__} "
+                           f"{reprlib.repr(value)}", argument=name, function=where)
 
 
 def check_fields(value: Any, path: str = "") -> None:

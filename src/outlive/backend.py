@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
+from ._check import argument
 from ._clone import quick_init
 from .errors import ConfigError, MissingExtra, UnknownBackend
 from .ledger import Command, Outcome
@@ -242,6 +243,7 @@ async def open_backend(url: str) -> Backend:
     ``sqlite:///outlive.db`` (the default), ``memory://``, ``temporal://127.0.0.1:7233``,
     ``restate://127.0.0.1:8080?admin=9070``, ``langgraph+sqlite:///lg.db``.
     """
+    argument(url, str, "url", "open_backend", "a backend URL string (sqlite:///outlive.db)")
     backend = make_backend(url)
     await backend.start()
     backend.started = True

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _observe
 from . import ledger as L
+from ._check import argument, callable_argument, text_argument
 from ._credential import default_credential
 from .backend import Backend
 from .errors import InvalidRecord, NotFound, OutliveError
@@ -61,6 +62,8 @@ class Controller:
                  heartbeat_interval: int = 10_000, missed_beats: int = 2,
                  start_grace: int | None = None, wait_limit: int | None = None,
                  credential: str | None = None) -> None:
+        argument(backend, Backend, "backend", "Controller", "a started Backend (open_backend(url))")
+        callable_argument(clock, "clock", "Controller")
         self.backend = backend
         self.clock = clock
         self.heartbeat_interval = heartbeat_interval
@@ -90,6 +93,9 @@ class Controller:
 
     async def publish(self, work_id: str, version: str, parts: Mapping[str, Any]) -> InputVersion:
         """Publish an immutable input version (part name -> content); it becomes current."""
+        text_argument(work_id, "work_id", "Controller.publish")
+        text_argument(version, "version", "Controller.publish")
+        argument(parts, Mapping, "parts", "Controller.publish", "a mapping of part name to content")
         hashes = {name: content_hash(value) for name, value in parts.items()}
         out = await _observe.execute(self.backend,
             work_id, L.PublishInput(version=version, parts=hashes, at=self.clock(),
@@ -183,6 +189,9 @@ class Controller:
         :class:`~outlive.errors.ContractFailed`; a digest refused before is refused again
         without judging.
         """
+        text_argument(digest, "digest", "Controller.assess")
+        argument(contract, Contract, "contract", "Controller.assess")
+        callable_argument(assessor, "assessor", "Controller.assess")
         st = state if state is not None else await self.state(work_id)
         done = L.accepted(st, digest, contract)
         if done is not None:

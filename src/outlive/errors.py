@@ -9,6 +9,8 @@ caller can write one ``except`` clause whatever engine runs underneath::
     │   └── MissingExtra             carries the install line
     ├── BackendUnavailable           server down or unreachable; nothing was written
     ├── InvalidRecord                malformed command or record; nothing was written
+    │   ├── InvalidArgument          a public function called with an argument of the wrong
+    │   │                            type (also a TypeError); the message names the argument
     │   ├── PayloadTooLarge          over MAX_PAYLOAD_BYTES
     │   ├── UndeclaredInput          an input neither declared in the key, nor a part of the
     │   │                            pinned version, nor declared external
@@ -61,6 +63,7 @@ __all__ = [
     "FencingError",
     "GaveUp",
     "InputConflict",
+    "InvalidArgument",
     "InvalidRecord",
     "MissingExtra",
     "NotController",
@@ -117,6 +120,12 @@ class BackendUnavailable(OutliveError):
 
 class InvalidRecord(OutliveError):
     """A command or record is malformed; it was refused before anything was written."""
+
+
+class InvalidArgument(InvalidRecord, TypeError):
+    """A public function was called with an argument of the wrong type (``assess(digest=None)``,
+    ``dependable(rule="strict")``): refused before anything is read or written. The message and
+    ``details["argument"]`` name the argument; it is also a ``TypeError``, as Python's own are."""
 
 
 class PayloadTooLarge(InvalidRecord):
@@ -242,6 +251,7 @@ _TYPES: dict[str, type[OutliveError]] = {
     cls.__name__: cls
     for cls in (
         OutliveError, ConfigError, UnknownBackend, BackendUnavailable, InvalidRecord,
+        InvalidArgument,
         PayloadTooLarge, UndeclaredInput, CorruptRecord, ScenarioError, Rejected, FencingError,
         StaleOwner, UnknownToken, AttemptEnded, AttemptClaimed, AttemptSilent, VersionMismatch,
         ContractFailed,

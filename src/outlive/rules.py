@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+from ._check import argument
 from .records import Acceptance, WorkState
 
 __all__ = ["Dependable", "LatestAccepted", "LatestFinished", "PinnedVersion", "Rule",
@@ -41,6 +42,7 @@ class LatestFinished:
 
 
 Rule = Union[StrictCurrent, PinnedVersion, LatestAccepted, LatestFinished]
+_RULES = (StrictCurrent, PinnedVersion, LatestAccepted, LatestFinished)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,9 @@ def _from_acc(state: WorkState, acc: Acceptance) -> Dependable:
 
 def dependable(state: WorkState, rule: Rule) -> Dependable | None:
     """The result ``rule`` allows a consumer to rely on now, or None (wait)."""
+    if not isinstance(rule, _RULES):
+        argument(rule, _RULES, "rule", "dependable", "a rule: StrictCurrent(), "
+                 "PinnedVersion(version=...), LatestAccepted() or LatestFinished()")
     if isinstance(rule, LatestFinished):
         if not state.candidates:
             return None

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from . import ledger as L
+from ._check import argument
 from .backend import Backend
 from .controller import Assessor, Controller, wall_clock_ms
 from .errors import (
@@ -470,6 +471,9 @@ class Supervisor:
                  dispatcher: Dispatcher | None = None, *,
                  clock: Callable[[], int] = wall_clock_ms, poll: float | None = None,
                  credential: str | None = None) -> None:
+        argument(backend, Backend, "backend", "Supervisor", "a started Backend (open_backend(url))")
+        argument(definition, WorkDefinition, "definition", "Supervisor")
+        argument(dispatcher, (Dispatcher, type(None)), "dispatcher", "Supervisor")
         self.backend = backend
         self.definition = definition
         self.dispatcher = dispatcher if dispatcher is not None else TaskDispatcher(backend)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from . import _observe
 from . import ledger as L
+from ._check import argument, callable_argument, text_argument
 from ._clone import clone, maker, quick_init
 from .backend import Backend, StepCall
 from .errors import (
@@ -158,6 +159,12 @@ class Worker:
     def __init__(self, backend: Backend, attempt: Attempt,
                  snapshot: Mapping[str, Any] | None = None, *, persist: Persist = "step",
                  clock: Callable[[], int] = _ms) -> None:
+        argument(backend, Backend, "backend", "Worker", "a started Backend (open_backend(url))")
+        argument(attempt, Attempt, "attempt", "Worker",
+                 "the Attempt its controller admitted (Controller.admit)")
+        argument(snapshot, (Mapping, type(None)), "snapshot", "Worker",
+                 "a mapping of part name to content, or None")
+        callable_argument(clock, "clock", "Worker")
         if persist not in ("step", "end"):
             raise InvalidRecord(f"persist must be 'step' or 'end', not {persist!r}")
         self.backend = backend
@@ -309,6 +316,10 @@ class Worker:
         The declared ``inputs`` are the whole key: a step that reads anything else makes reuse
         unsound. Inputs named like a part of the pinned version are checked against it.
         """
+        if type(name) is not str or not name:
+            text_argument(name, "name", "Worker.step")
+        if not callable(fn):
+            callable_argument(fn, "fn", "Worker.step")
         p = self._prepare(name, fn, inputs)
         if self._restore(p):
             return self._results[name]
@@ -467,6 +478,9 @@ class Worker:
                     lambda self, cand, *a, **kw: {"digest": cand.digest, "version": cand.version})
     async def candidate(self, content: Any, steps: Sequence[str] | None = None) -> Candidate:
         """Submit the finished output built from ``steps`` (default: every step, in order)."""
+        if isinstance(steps, str):
+            argument(steps, (list, tuple, type(None)), "steps", "Worker.candidate",
+                     "a list of step names (a single name goes as [name])")
         names = list(steps) if steps is not None else list(self._parts)
         missing = [n for n in names if n not in self._parts]
         if missing:
@@ -502,6 +516,8 @@ class Worker:
         The guarantee is the receiver's: once, as far as it can tell, for as long as it keeps
         the key. ``send_key`` other than the default exists only to show what breaks.
         """
+        text_argument(op_key, "op_key", "Worker.effect")
+        callable_argument(send, "send", "Worker.effect")
         key: str | None = op_key if send_key is KEEP else send_key
         L.check_size(payload, f"payload of {op_key!r}")
         out = await self._call(L.RecordIntent(
@@ -538,6 +554,8 @@ class Worker:
 
         The payload is the one kept with the intent, never a regenerated copy.
         """
+        text_argument(op_key, "op_key", "Worker.resend")
+        callable_argument(send, "send", "Worker.resend")
         eff = self._st().effect(op_key)
         if eff is None:
             # recorded since this worker read the journal (by this attempt: an intent left

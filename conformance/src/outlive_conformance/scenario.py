@@ -335,6 +335,12 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{source}: not valid TOML: {exc}", file=source) from exc
+    except RecursionError:
+        # tomllib parses arrays and inline tables recursively: a file nested thousands deep
+        # exhausts the stack while it is read (nothing else ran yet), a malformed file like any
+        raise ScenarioError(f"{source}: nested too deep to be a scenario (arrays or inline "
+                            "tables inside one another thousands of levels deep)",
+                            file=source) from None
     r = _Reader(source, data)
     r.check_keys()
     fmt = r.get("format", int)
