@@ -126,7 +126,7 @@ async def test_a_forgetful_receiver_answering_new_to_a_resend_is_flagged_by_the_
 
     with pytest.raises(E.EffectAmbiguous):
         await w1.effect("announce:w:abc", {"d": "abc"}, applied_then_died)
-    await store.execute("w", L.MarkUnknown(attempt=1, at=_ms()))
+    await store.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=_ms())))
     w2 = Worker(store, await ctl.admit("w"), V1)
     await w2.start()
     forgetful = MemoryReceiver()        # the receiver restarted and lost its keys
