@@ -177,10 +177,11 @@ async def test_a_thousand_steps_of_20kb_continue_as_new_with_results_by_referenc
         limit = 100_000 if event.event_id == 1 else 16_000
         assert event.ByteSize() < limit
         timers += event.HasField("timer_started_event_attributes")
-    # the last run restores the attempt's first 750 steps 200 per workflow task (a 1 ms timer
-    # ends each), not all in its first task where a loaded worker could pass the 2 s deadlock
-    # timeout
-    assert timers == 750 // app.BigWork.outlive_restore_chunk
+    # the last run decodes its carried journal one chunk per workflow task, then restores the
+    # attempt's first 750 steps 200 per workflow task (a 1 ms timer ends each), not all in its
+    # first task where a loaded worker could pass the 2 s deadlock timeout
+    chunks = -(-750 // app.BigWork.outlive_journal_chunk)
+    assert timers == (chunks - 1) + 750 // app.BigWork.outlive_restore_chunk
 
 
 async def test_leases_are_measured_on_the_engines_clock(client: Client, queue: str) -> None:

@@ -431,6 +431,10 @@ class _WorkLedger:
         #: The type the workflow's ``run`` takes its input as (None: a plain mapping).
         self.input_type: type | None = None
         self.start_state: dict[str, Any] = {}
+        #: Carried journal chunks not decoded yet, and the text of each full chunk decoded (the
+        #: next continue-as-new carries it again as it is, instead of encoding it again).
+        self.unloaded: list[str] = []
+        self.chunk_texts: list[str] = []
         #: The store's threshold (0: no store): payloads longer than this travel by reference.
         self.threshold = int(owner.__dict__.get("_outlive_store") or 0)
         self.has_store = self.threshold > 0
@@ -441,14 +445,9 @@ class _WorkLedger:
             st = codec.loads(carry.state)
             if not isinstance(st, WorkState):
                 raise InvalidRecord("the carried ledger state is corrupt")
-            if carry.journal:
-                entries: list[JournalEntry] = [*st.journal]
-                for chunk in carry.journal:
-                    part = codec.loads(chunk)
-                    if not isinstance(part, tuple):
-                        raise InvalidRecord("a carried journal chunk is corrupt")
-                    entries.extend(part)
-                st = dataclasses.replace(st, journal=tuple(entries))
+            # the journal's chunks are decoded by load(), one per workflow task: decoding a
+            # long journal in one task could pass Temporal's 2 s deadlock timeout
+            self.unloaded = list(carry.journal)
             self.state = st
             self.opened = True
             self.contents = dict(carry.contents)
@@ -569,8 +568,29 @@ class _WorkLedger:
                 or workflow.info().is_continue_as_new_suggested():
             attempt.halt = "continue"
 
+    async def load(self) -> None:
+        """Decode the carried journal, one chunk per workflow task (a 1 ms timer between)."""
+        every = self.owner.outlive_journal_chunk
+        while self.unloaded:
+            text = self.unloaded.pop(0)
+            part = codec.loads(text)
+            if not isinstance(part, tuple) or not all(isinstance(e, JournalEntry) for e in part):
+                raise InvalidRecord("a carried journal chunk is corrupt")
+            if len(part) == every and len(self.state.journal) == every * len(self.chunk_texts):
+                self.chunk_texts.append(text)
+            self.state = dataclasses.replace(self.state, journal=self.state.journal + part)
+            self._index.feed(self.state.journal)
+            if self.unloaded:
+                await workflow.sleep(timedelta(milliseconds=1))
+
+    async def loaded(self) -> None:
+        """Wait until the carried journal is decoded (an update that writes waits for it)."""
+        if self.unloaded:
+            await workflow.wait_condition(lambda: not self.unloaded)
+
     async def drive(self, body: Callable[[Attempt, Any], Awaitable[T]], inputs: Any,
                     version: str) -> T:
+        await self.load()
         if inputs is not None and not isinstance(inputs, Mapping):
             self.input_type = type(inputs)     # a dataclass or model: attempts get one too
         self.snapshot()
@@ -652,7 +672,10 @@ class _WorkLedger:
             journal = self.state.journal
             state = codec.dumps(dataclasses.replace(self.state, journal=()))
             every = self.owner.outlive_journal_chunk
-            chunks = [codec.dumps(journal[i:i + every]) for i in range(0, len(journal), every)]
+            # full chunks carried in are carried out as they came; only the rest is encoded
+            chunks = [self.chunk_texts[i // every] if i // every < len(self.chunk_texts)
+                      else codec.dumps(journal[i:i + every])
+                      for i in range(0, len(journal), every)]
             size = len(state) + sum(len(self.text(v)) for v in self.contents.values())
         else:
             state = codec.dumps(self.state)
@@ -807,8 +830,9 @@ class Work:
     #: With a store, results longer than this (and than the store's threshold) are kept as
     #: references; shorter ones stay in the journal, which is itself carried by reference.
     outlive_inline_bytes: ClassVar[int] = 2048
-    #: With a store, journal entries per carried chunk across continue-as-new.
-    outlive_journal_chunk: ClassVar[int] = 1000
+    #: With a store, journal entries per carried chunk across continue-as-new (a new run
+    #: decodes one chunk per workflow task).
+    outlive_journal_chunk: ClassVar[int] = 500
     #: Continue-as-new after this many steps in one run (besides when Temporal suggests it).
     outlive_continue_after: ClassVar[int | None] = None
     outlive_max_attempts: ClassVar[int] = 20
@@ -855,6 +879,7 @@ class Work:
 
     @workflow.update(name=COMMAND_UPDATE)
     async def outlive_command(self, text: str) -> str:
+        await self.outlive.loaded()
         cmd = _command(text)
         try:
             out = self.outlive.apply(cmd)
@@ -873,6 +898,7 @@ class Work:
 
     @workflow.update(name=PUBLISH_UPDATE)
     async def outlive_publish(self, version: str, parts: Any) -> str:
+        await self.outlive.loaded()
         try:
             rec = self.outlive.publish(version, parts)
         except Exception as exc:
