@@ -16,6 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    import outlive
     from outlive_temporal import Attempt, Work
 
 CALLS: dict[str, int] = {}
@@ -45,7 +46,8 @@ def sleepy_sync(text: str) -> str:
 @activity.defn
 async def flaky(text: str) -> str:
     """``503:<n>:<text>`` fails with a transient error on its first ``n`` calls;
-    ``400:<text>`` fails with a non-retryable error every time."""
+    ``400:<text>`` fails with a non-retryable ``ApplicationError`` every time, ``fatal:<text>``
+    with ``outlive.NonRetryable``."""
     n = _count(text)
     if text.startswith("503:"):
         _, times, _rest = text.split(":", 2)
@@ -54,6 +56,8 @@ async def flaky(text: str) -> str:
     if text.startswith("400:"):
         raise ApplicationError("400 Bad Request: the prompt is too long", type="BadRequest",
                                non_retryable=True)
+    if text.startswith("fatal:"):
+        raise outlive.NonRetryable("the model refused the prompt")
     return text.rsplit(":", 1)[-1].upper()
 
 

@@ -75,18 +75,26 @@ async def test_a_transient_error_is_retried_by_temporal_not_a_new_attempt(
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
 
 
+@pytest.mark.parametrize(("prefix", "kind", "text"), [
+    ("400", "BadRequest", "400 Bad Request"),
+    ("fatal", "NonRetryable", "the model refused the prompt")])
 async def test_a_non_retryable_error_fails_the_work_at_once_naming_it(
-        client: Client, queue: str) -> None:
-    wid = _id("kinds/400")
-    tag = f"400:{uuid.uuid4().hex[:6]}"
+        client: Client, queue: str, prefix: str, kind: str, text: str) -> None:
+    """Temporal's ``ApplicationError(non_retryable=True)`` and ``outlive.NonRetryable`` alike:
+    one call, the attempt recorded ``failed`` with the error, the work failed with it."""
+    wid = _id(f"kinds/{prefix}")
+    tag = f"{prefix}:{uuid.uuid4().hex[:6]}"
     with pytest.raises(WorkflowFailureError) as info:
         await client.execute_workflow(app.FlakyWork.run, {"s1": tag}, id=wid, task_queue=queue)
     cause = info.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "BadRequest", cause
-    assert "step 's1'" in cause.message and "400 Bad Request" in cause.message
+    assert isinstance(cause, ApplicationError) and cause.type == kind, cause
+    assert "step 's1'" in cause.message and text in cause.message
     assert app.CALLS[tag] == 1, "a non-retryable error is not retried, nor given a successor"
     st = await WorkHandle.of(client, wid).state()
-    assert len(st.attempts) == 1 and st.attempts[0].state is AttemptState.STOPPED
+    assert len(st.attempts) == 1 and st.attempts[0].state is AttemptState.FAILED
+    err = st.attempts[0].error
+    assert err is not None and err.type == kind and text in err.message and not err.retryable
+    assert st.failure is not None and st.failure.type == kind
 
 
 async def test_retries_spent_admit_one_successor_then_the_work_gives_up_naming_the_error(
@@ -104,7 +112,9 @@ async def test_retries_spent_admit_one_successor_then_the_work_gives_up_naming_t
     assert app.CALLS[tag] == 6
     st = await WorkHandle.of(client, wid).state()
     assert [(a.number, a.token, a.state) for a in st.attempts] == [
-        (1, 1, AttemptState.STOPPED), (2, 2, AttemptState.STOPPED)]
+        (1, 1, AttemptState.FAILED), (2, 2, AttemptState.FAILED)]
+    assert st.failure is not None and st.failure.type == "RuntimeError"
+    assert "503 Service Unavailable" in st.failure.message and st.failure.retryable
 
 
 async def _wait_for(work: WorkHandle, check: Any) -> Any:

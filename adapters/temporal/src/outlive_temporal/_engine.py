@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from outlive.hashing import canonical, check_json, content_hash, input_key
     from outlive.records import (
         Acceptance,
+        AttemptError,
         Candidate,
         Contract,
         InputVersion,
@@ -623,19 +624,24 @@ class _WorkLedger:
                     if halt == "rebuild":
                         self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
                     continue
-                self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
-                if isinstance(exc, OutliveError):
-                    raise rejection(exc) from None
                 failed = _step_failure(exc)
                 if failed is None:
+                    self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
+                    if isinstance(exc, OutliveError):
+                        raise rejection(exc) from None
                     raise
                 step, cause, spent = failed
                 errors += 1
+                error = _attempt_error(step, cause, spent, self.now())
+                # an error is an answer: recorded with the attempt, which ends failed
+                self.apply(L.Fail(attempt=cur.number, token=cur.token, at=self.now(),
+                                  error=error))
                 if spent and errors < self.owner.outlive_error_attempts:
                     workflow.logger.info("outlive: attempt #%s: step %r failed after its "
                                          "retries (%s); admitting a successor", cur.number,
                                          step, cause)
                     continue
+                self.apply(L.FailWork(error=error, at=self.now()))
                 raise self.failure(step, cause, spent, errors) from exc
             if attempt.halt == "continue" and self.state.current_attempt == cur:
                 pass  # finished on the step that asked for continue-as-new: just finish
@@ -771,6 +777,18 @@ def _input_parts(parts: Any) -> dict[str, Any]:
                                 f"not {type(parts).__name__}")
         content = {str(k): v for k, v in form.items()}
     return content
+
+
+def _attempt_error(step: str, cause: BaseException, spent: bool, at: int) -> AttemptError:
+    """The ledger's record of a step's error (the activity's type, message and stack trace)."""
+    if isinstance(cause, ApplicationError):
+        kind, message = cause.type or type(cause).__name__, cause.message
+    else:
+        kind, message = type(cause).__name__, str(cause)
+    trace = getattr(cause, "failure", None)
+    stack = trace.stack_trace if trace is not None else ""
+    return AttemptError(type=kind, message=f"step {step!r}: {message}", traceback=stack, at=at,
+                        retryable=spent)
 
 
 def _step_failure(exc: BaseException) -> tuple[str, BaseException, bool] | None:

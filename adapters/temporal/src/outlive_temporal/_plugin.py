@@ -110,11 +110,10 @@ QUIET: set[bytes] = set()
 
 
 def non_retryable(exc: BaseException) -> bool:
-    """Errors no retry can mend: the user's ``outlive.NonRetryable`` and outlive's refusals."""
-    marker: Any = getattr(outlive, "NonRetryable", None)
-    if isinstance(marker, type) and isinstance(exc, marker):
-        return True
-    return isinstance(exc, (InvalidRecord, Rejected))
+    """Errors no retry can mend: the user's :class:`outlive.NonRetryable`, a ``TypeError``
+    (calling the activity with the wrong arguments), and outlive's refusals (``InvalidRecord``,
+    ``UndeclaredInput``, ``StaleOwner``, ...) - the same code fails the same way again."""
+    return isinstance(exc, (outlive.NonRetryable, TypeError, InvalidRecord, Rejected))
 
 
 class _StepOutbound(ActivityOutboundInterceptor):
