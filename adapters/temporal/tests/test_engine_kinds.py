@@ -16,9 +16,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from outlive.errors import GaveUp, NotFound
+from outlive.errors import GaveUp, NotFound, WorkFailed
 from outlive.records import AttemptState
-from outlive_temporal import DevServer, OutlivePlugin, WorkHandle, typed_error
+from outlive.rules import StrictCurrent
+from outlive_temporal import DevServer, OutlivePlugin, WorkHandle, start_work, typed_error
 
 
 def _id(prefix: str) -> str:
@@ -192,3 +193,30 @@ async def test_a_workflow_taking_and_returning_dataclasses_runs_unchanged(
     dep = await work.dependable("strict")
     assert dep is not None and dep["content"]["lines"][1] == {"heading": "Body",
                                                               "line": f"BODY2-{tag.upper()}"}
+
+
+async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
+        client: Client, queue: str) -> None:
+    """A work is the user's workflow execution: starting its id again returns the same
+    execution; ``result()`` is ``Completed`` with the acceptance, or ``WorkFailed`` naming the
+    error; ``status()`` is the runtime's ``WorkStatus``; ``dependable`` takes a rule."""
+    wid = _id("kinds/handle")
+    tag = uuid.uuid4().hex[:6]
+    first = await start_work(client, app.FlakyWork.run, wid, {"s1": f"ok-{tag}"}, task_queue=queue)
+    again = await start_work(client, app.FlakyWork.run, wid, {"s1": f"ok-{tag}"}, task_queue=queue)
+    assert (await first.handle.describe()).run_id == (await again.handle.describe()).run_id
+    done = await again.result()
+    assert done.work_id == wid and done.acceptance.version == "v1"
+    status = await first.status()
+    assert status.status == "completed" and status.last_error is None
+    dep = await first.dependable(StrictCurrent())
+    assert dep is not None and dep["digest"] == done.acceptance.digest
+
+    bad = await start_work(client, app.FlakyWork.run, _id("kinds/handle-bad"),
+                           {"s1": f"400:{tag}"}, task_queue=queue)
+    with pytest.raises(WorkFailed) as info:
+        await bad.result()
+    assert info.value.details["type"] == "BadRequest"
+    status = await bad.status()
+    assert status.status == "failed" and status.last_error is not None
+    assert status.last_error.type == "BadRequest"

@@ -16,13 +16,13 @@ from ._backend import StepReport, TemporalBackend, workflow_id
 from ._dispatch import TemporalDispatcher
 from ._engine import Attempt, Work
 from ._errors import typed_error
-from ._handle import AttemptRef, WorkHandle, current_attempt
+from ._handle import AttemptRef, WorkHandle, current_attempt, start_work
 from ._plugin import OutlivePlugin
 from ._store import BlobStore, FileStore, StoreCodec
 
 __all__ = ["Attempt", "AttemptRef", "BlobStore", "DevServer", "FileStore", "OutlivePlugin",
            "StepReport", "StoreCodec", "TemporalBackend", "TemporalDispatcher", "Work", "WorkHandle",
-           "current_attempt", "typed_error", "workflow_id"]
+           "current_attempt", "start_work", "typed_error", "workflow_id"]
 
 
 def __getattr__(name: str) -> Any:

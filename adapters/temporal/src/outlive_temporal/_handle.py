@@ -1,7 +1,12 @@
 """Outside the workflow: a client's and an activity's view of a work that runs as a :class:`Work`.
 
-A client starts the user's workflow as usual, publishes a corrected input, reads the ledger and
-asks what a consumer may rely on. An activity started by a step knows the attempt and token it
+A client starts the user's workflow as usual (or with :func:`start_work`: the work id is the
+workflow id, and starting it again returns the same execution), publishes a corrected input,
+reads the ledger, asks what a consumer may rely on, and awaits the work's end. On Temporal a work
+*is* the user's workflow execution, so :class:`WorkHandle` answers ``outlive.Runtime``'s handle
+API (``result()``, ``publish()``, ``dependable()``, ``status()``) from that execution.
+
+An activity started by a step knows the attempt and token it
 was started for (they are in its activity id) and can make its own fenced writes — which is how a
 paused worker's *late* write meets the owner token, after Temporal already refused its late
 completion.
@@ -9,22 +14,34 @@ completion.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from outlive import codec
 from outlive import ledger as L
-from outlive.errors import InvalidRecord, NotFound
+from outlive.errors import GaveUp, InvalidRecord, NotFound, WorkFailed
 from outlive.records import InputVersion, WorkState
+from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Rule, StrictCurrent
+from outlive.runtime import WorkStatus, last_error, status_of
+from outlive.supervisor import Completed
 
 from ._engine import COMMAND_UPDATE, DEPENDABLE_QUERY, PUBLISH_UPDATE, STATE_QUERY, parse_activity_id
 from ._errors import typed_error
 
-__all__ = ["AttemptRef", "WorkHandle", "current_attempt"]
+__all__ = ["AttemptRef", "WorkHandle", "current_attempt", "start_work"]
 
 
 async def _update(handle: WorkflowHandle[Any, Any], name: str, *args: Any) -> str:
@@ -73,10 +90,86 @@ class WorkHandle:
         assert isinstance(out, L.Outcome)
         return out
 
-    async def dependable(self, rule: str = "strict") -> dict[str, Any] | None:
-        """``strict`` | ``latest_accepted`` | ``latest_finished`` | ``pinned:<version>``."""
-        res: dict[str, Any] | None = await self.handle.query(DEPENDABLE_QUERY, rule)
+    async def dependable(self, rule: str | Rule = "strict") -> dict[str, Any] | None:
+        """What a consumer may rely on under ``rule`` (a :mod:`outlive.rules` rule, or its text:
+        ``strict`` | ``latest_accepted`` | ``latest_finished`` | ``pinned:<version>``):
+        ``{"digest", "version", "content"}``, or None."""
+        res: dict[str, Any] | None = await self.handle.query(DEPENDABLE_QUERY, _rule_text(rule))
         return res
+
+    async def result(self, *, timeout: float | None = None) -> Completed:
+        """Wait until the workflow execution ends, as ``outlive.WorkHandle.result()`` does:
+        :class:`~outlive.supervisor.Completed` with the work's latest acceptance, or
+        :class:`~outlive.errors.WorkFailed` naming the error it failed with (its type, message
+        and traceback, as the ledger recorded them), or :class:`~outlive.errors.GaveUp`.
+        The workflow's own return value stays ``self.handle.result()``'s."""
+        try:
+            await asyncio.wait_for(self.handle.result(), timeout)
+        except WorkflowFailureError as exc:
+            typed = typed_error(exc.cause)
+            if typed is not None:
+                raise typed from None
+            raise await self._failed(exc.cause) from None
+        st = await self.state()
+        acc = st.latest_acceptance
+        if acc is None:
+            raise GaveUp(f"work {self.handle.id!r} ended without an accepted result",
+                         work_id=self.handle.id, attempts=[a.number for a in st.attempts])
+        return Completed(work_id=self.handle.id, acceptance=acc, attempts=st.attempts)
+
+    async def _failed(self, cause: BaseException | None) -> WorkFailed:
+        try:
+            failure = (await self.state()).failure
+        except NotFound:
+            failure = None
+        if failure is not None:
+            kind, message, trace = failure.type, failure.message, failure.traceback
+        elif isinstance(cause, ApplicationError):
+            kind, message, trace = cause.type or "ApplicationError", cause.message, ""
+        else:
+            kind, message, trace = type(cause).__name__, str(cause), ""
+        return WorkFailed(f"work {self.handle.id!r} failed: {kind}: {message}",
+                          work_id=self.handle.id, type=kind, error=message, traceback=trace)
+
+    async def status(self) -> WorkStatus:
+        """``outlive.WorkHandle.state()``'s answer: the ledger's state and one word for it
+        (``running``, ``waiting``, ``completed``, ``failed`` or ``open``), with the last error."""
+        st = await self.state()
+        desc = await self.handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            word = status_of(st, None)
+            word = "open" if word == "completed" else word
+        elif desc.status == WorkflowExecutionStatus.COMPLETED and st.failure is None:
+            word = "completed"
+        else:
+            word = "failed"
+        return WorkStatus(work_id=self.handle.id, kind=st.kind, status=word, state=st,
+                          last_error=last_error(st))
+
+
+async def start_work(client: Client, workflow: Any, work_id: str, inputs: Any, *,
+                     task_queue: str, **options: Any) -> WorkHandle:
+    """``outlive.Runtime.start`` on Temporal: start ``workflow`` (its ``run``, or its name) with
+    ``inputs`` (version ``v1``) as workflow id ``work_id``; starting an id that is running
+    returns the same execution, as Temporal's ``USE_EXISTING`` conflict policy does."""
+    options.setdefault("id_conflict_policy", WorkflowIDConflictPolicy.USE_EXISTING)
+    handle = await client.start_workflow(workflow, inputs, id=work_id, task_queue=task_queue,
+                                         **options)
+    return WorkHandle(client.get_workflow_handle(handle.id))
+
+
+def _rule_text(rule: str | Rule) -> str:
+    if isinstance(rule, str):
+        return rule
+    if isinstance(rule, StrictCurrent):
+        return "strict"
+    if isinstance(rule, LatestAccepted):
+        return "latest_accepted"
+    if isinstance(rule, LatestFinished):
+        return "latest_finished"
+    if isinstance(rule, PinnedVersion):
+        return f"pinned:{rule.version}"
+    raise InvalidRecord(f"no Temporal query answers rule {type(rule).__name__}")
 
 
 @dataclass(frozen=True)
