@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -164,9 +165,13 @@ async def test_every_rejection_keeps_its_class(backend: outlive.Backend) -> None
     await wk.step("s1", lambda s1: {"s": s1[:5]}, s1=V1["s1"])
     cand = await wk.candidate({"text": "digest"})
     before = await backend.load(w)
+    assert before is not None
     with pytest.raises(outlive.ContractFailed):
         await ctl.assess(w, cand.digest, CONTRACT, lambda c, v: (False, "too short"))
-    assert await backend.load(w) == before
+    after = await backend.load(w)   # the refusal is a record (in its own key), nothing else moved
+    assert after is not None
+    assert [(r.digest, r.contract) for r in after.refusals] == [(cand.digest, CONTRACT)]
+    assert replace(after, refusals=(), seq=before.seq, attempts=before.attempts) == before
 
 
 async def test_garbage_on_the_wire_is_invalid_record(backend: outlive.Backend,

@@ -28,6 +28,7 @@ import outlive
 from outlive import Contract, Controller
 from outlive import ledger as L
 from outlive._launch import free_port, port_open, stop_process, wait_until
+from outlive.controller import default_credential
 from outlive.errors import InvalidRecord, StaleOwner
 from outlive.records import AttemptState, EffectState, WorkState
 from outlive.supervisor import Lease, Supervisor, WorkDefinition
@@ -172,6 +173,27 @@ async def test_restate_judges_and_announces_with_every_client_killed(
     posts = r.json()
     assert [p["payload"]["digest"] for p in posts] == [acc.digest]
     assert got["digest"] == acc.digest and got["announced"]["effect_id"] == posts[0]["effect_id"]
+    # the controller's credential stayed on the engine side: the lease's calls to the ledger
+    # carry it, no step (a ctx.run, the assessor's included) and no attempt's invocation does
+    secret = default_credential().encode().hex()
+    history = (await backend.lease(work))["history"]
+    attempts = {d["invocation"] for d in history}
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{server.admin}/query", headers={"accept": "application/json"},
+                            json={"query": "SELECT j.id AS id, i.target AS target, "
+                                           "j.entry_type AS entry_type, j.raw AS raw FROM "
+                                           "sys_journal j JOIN sys_invocation i ON j.id = i.id "
+                                           f"WHERE i.target_service_key = '{work}' OR j.id IN ("
+                                           + ", ".join(f"'{i}'" for i in attempts) + ")"})
+    assert r.status_code == 200, r.text
+    rows = r.json()["rows"]
+    carried = [row for row in rows if secret in row["raw"]]
+    assert carried and all(row["target"].startswith("outlive_lease/") and
+                           row["entry_type"] == "Command: Call" for row in carried), carried
+    assert {row["id"] for row in rows} >= attempts       # the attempts' journals were read
+    assert not [row for row in carried if row["id"] in attempts]
+    assert any(row["entry_type"] == "Command: Run" and row["target"].startswith(
+        "outlive_lease/") for row in rows)                # the assessor's verdict, without it
 
 
 async def test_restate_refuses_a_stale_candidate_and_accepts_the_successors(

@@ -74,7 +74,7 @@ STALLED = timedelta(seconds=3)
 #                   none does), "k": {collection: [length, seq]}, "i": the index runs, oldest
 #                   first, as [[entries, seq], ...] (absent: none), "s": the WorkState's scalars,
 #                   its attempts and the journal's last entry}               (rewritten each change)
-#   "c/<name>/<seq>" -> one collection (inputs, candidates, acceptances or effects) as written
+#   "c/<name>/<seq>" -> one collection (inputs, candidates, acceptances, effects or refusals) as written
 #                   by the change with that seq; a new key only when a command changes it
 #   "b/<k>"     -> the journal entries k, k+1, ... that one change appended (a batch; a step write
 #                   in the handler shape, every step of a flush in the owner shape; written once)
@@ -130,7 +130,7 @@ STALLED = timedelta(seconds=3)
 _CORE = "core"
 #: Kept apart from the core. Attempts stay in the core: a write by an attempt touches its
 #: attempt record (sign of life) and the core is written anyway.
-_COLLECTIONS = ("inputs", "candidates", "acceptances", "effects")
+_COLLECTIONS = ("inputs", "candidates", "acceptances", "effects", "refusals")
 _DECODED: dict[tuple[str, str], tuple[bytes, Any]] = {}
 #: The layout's version, in every core ("v"); the older versions read too.
 _LAYOUT = 4
@@ -495,7 +495,7 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
         elif not value:
             stamps.pop(name, None)
     head = evolve(new, journal=new.journal[-1:], inputs=(), candidates=(), acceptances=(),
-                  effects=())
+                  effects=(), refusals=())
     # written as _json({"v": .., "n": .., ["x": ..,] "k": .., "s": codec.encode(head)}) would
     # write it, the head by the codec's text writer
     core = b'{"v":%d,"n":%d,%s"k":%s,%s"s":%s}' % (
