@@ -156,3 +156,22 @@ async def test_a_handle_from_anywhere_and_the_works_listing(url: str) -> None:
         assert [w.work_id for w in failed] == ["w/bad"]
         assert failed[0].last_error is not None and failed[0].last_error.type == "NonRetryable"
         assert [w.work_id for w in await rt.works(kind="small")] == ["w/ok"]
+
+
+async def test_an_attempt_cannot_act_as_the_runtimes_controller(url: str) -> None:
+    """The runtime holds the controller's credential; an attempt holds only its own token."""
+    seen: dict[str, BaseException] = {}
+
+    async def meddling(ctx: outlive.AttemptContext) -> None:
+        try:   # a buggy or hostile attempt tries to fail the work, as the controller would
+            await ctx.worker.backend.execute(ctx.worker.work_id, outlive.ledger.FailWork(
+                error=outlive.AttemptError(type="X", message="forged"), at=0))
+        except outlive.OutliveError as exc:
+            seen["error"] = exc
+        await K.small(ctx)
+
+    kind = outlive.Kind(name="meddling", attempt=meddling, contract=K.CONTRACT, inputs=K.parts_for)
+    async with Runtime(url, [kind], discover=None, credential="the runtime's own secret") as rt:
+        done = await (await rt.start(kind, "digest/meddled", "v1", K.parts_for("v1"))).result()
+    assert type(seen["error"]).__name__ == "NotController"
+    assert done.acceptance.version == "v1"

@@ -30,9 +30,13 @@ class Story:
         self.crash_after: dict[int, str] = {}
         self.receiver = outlive.MemoryReceiver()
         self.gate: asyncio.Event | None = None
+        #: Raised by the first attempt before any step (an answer, not silence).
+        self.fail_first: BaseException | None = None
 
     async def attempt(self, ctx: AttemptContext) -> None:
         w = ctx.worker
+        if self.fail_first is not None and ctx.attempt.number == 1:
+            raise self.fail_first
         for name in ("s1", "s2"):
             def summarise(name: str = name, **part: str) -> str:
                 self.calls.append((ctx.attempt.number, name))
@@ -40,7 +44,8 @@ class Story:
 
             await w.step(name, summarise, **{name: ctx.inputs[name]})
             if self.crash_after.get(ctx.attempt.number) == name:
-                raise RuntimeError(f"attempt #{ctx.attempt.number} dies after {name}")
+                # the runner dies without a word (no error is recorded): silence, not an answer
+                raise asyncio.CancelledError(f"attempt #{ctx.attempt.number} dies after {name}")
         if self.gate is not None and ctx.attempt.number == 1:
             await self.gate.wait()
         acc = await ctx.submit({"sections": {n: w.result(n) for n in ("s1", "s2")}})
@@ -81,6 +86,36 @@ async def test_silent_attempt_is_taken_over_and_the_successor_restores(backend: 
     assert states == [(1, 1, outlive.AttemptState.UNKNOWN), (2, 2, outlive.AttemptState.FINISHED)]
     # s1 was journaled by #1 and restored by #2: one model call per section in all.
     assert story.calls == [(1, "s1"), (2, "s2")]
+    await sup.dispatcher.close()
+
+
+async def test_an_exception_is_an_answer_recorded_and_retried_at_once(
+        backend: outlive.Backend) -> None:
+    """An attempt that raises says so: its error is kept with it (failed, not unknown) and the
+    successor is admitted at once, without waiting out the lease."""
+    story = Story()
+    story.fail_first = RuntimeError("503 from the model")
+    sup = Supervisor(backend, definition(story), poll=600)
+    await sup.publish("v1", V1)
+    done = await asyncio.wait_for(sup.run(), 60)
+    first = done.attempts[0]
+    assert first.state is outlive.AttemptState.FAILED
+    assert first.error is not None and first.error.type == "RuntimeError"
+    assert "503 from the model" in first.error.message and "Traceback" in first.error.traceback
+    assert done.attempts[1].admitted_at - first.last_heartbeat < LEASE.timeout
+    await sup.dispatcher.close()
+
+
+async def test_a_non_retryable_exception_fails_the_work_naming_it(backend: outlive.Backend) -> None:
+    story = Story()
+    story.fail_first = outlive.NonRetryable("the report was withdrawn")
+    sup = Supervisor(backend, definition(story))
+    await sup.publish("v1", V1)
+    with pytest.raises(outlive.WorkFailed) as info:
+        await asyncio.wait_for(sup.run(), 60)
+    assert info.value.details["type"] == "NonRetryable"
+    st = await backend.load("digest/q3")
+    assert st is not None and len(st.attempts) == 1 and st.failure is not None
     await sup.dispatcher.close()
 
 

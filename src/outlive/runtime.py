@@ -39,7 +39,6 @@ import contextlib
 import heapq
 import logging
 import sys
-import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -48,6 +47,7 @@ from typing import Any
 
 from . import _observe
 from . import ledger as L
+from ._failures import NonRetryable, RetryPolicy, error_of, last_error, why_open
 from .backend import Backend, open_backend
 from .controller import Assessor, Controller, wall_clock_ms
 from .errors import (
@@ -56,14 +56,12 @@ from .errors import (
     AttemptSilent,
     AttemptStopped,
     ConfigError,
-    EffectAmbiguous,
     GaveUp,
     InvalidRecord,
     NotFound,
     OutliveError,
     Rejected,
     StaleOwner,
-    UndeclaredInput,
     WorkFailed,
 )
 from .records import (
@@ -93,63 +91,6 @@ from .worker import Persist, Worker
 __all__ = ["Kind", "NonRetryable", "RetryPolicy", "Runtime", "WorkHandle", "WorkStatus"]
 
 log = logging.getLogger("outlive.runtime")
-
-
-class NonRetryable(Exception):
-    """Raise (or subclass) from an attempt or a step to fail the work now, without retrying.
-
-    A deterministic mistake gains nothing from another attempt and would pay for every model
-    call again.
-    """
-
-
-#: outlive's own programming errors: the same code fails the same way on every attempt.
-_PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (UndeclaredInput, InvalidRecord, TypeError,
-                                                        NonRetryable)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RetryPolicy:
-    """How a kind answers an attempt's exception, as Temporal's ``RetryPolicy`` does.
-
-    ``maximum_attempts`` caps the attempts pinned to one input version, whether they failed or
-    fell silent (0 = unlimited). The n-th retry after an error waits ``initial_interval *
-    backoff_coefficient**(n-1)`` seconds, at most ``maximum_interval``. ``non_retryable`` names
-    exception types (classes or their names) that fail the work at once, besides
-    :class:`NonRetryable` and outlive's programming errors (``UndeclaredInput``,
-    ``InvalidRecord``, a ``TypeError`` calling a step, a sender that returns no ``Receipt``).
-    """
-
-    maximum_attempts: int = 5
-    initial_interval: float = 1.0
-    backoff_coefficient: float = 2.0
-    maximum_interval: float = 60.0
-    non_retryable: tuple[type[BaseException] | str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.maximum_attempts < 0:
-            raise ConfigError("maximum_attempts must be >= 0 (0 = unlimited)",
-                              field="maximum_attempts")
-        if self.initial_interval < 0 or self.maximum_interval < 0 or self.backoff_coefficient < 1:
-            raise ConfigError("intervals must be >= 0 and backoff_coefficient >= 1",
-                              field="initial_interval")
-
-    def retryable(self, exc: BaseException) -> bool:
-        """Whether another attempt may fix ``exc``."""
-        if isinstance(exc, _PROGRAMMING_ERRORS):
-            return False
-        if isinstance(exc, EffectAmbiguous) and exc.details.get("broken_contract"):
-            return False
-        names = {c if isinstance(c, str) else c.__name__ for c in self.non_retryable}
-        return not any(cls.__name__ in names or cls.__qualname__ in names
-                       for cls in type(exc).__mro__)
-
-    def delay_ms(self, failures: int) -> int:
-        """Wait before the attempt after the ``failures``-th consecutive error (1 = the first)."""
-        if failures <= 0:
-            return 0
-        delay = self.initial_interval * self.backoff_coefficient ** (failures - 1)
-        return int(min(delay, self.maximum_interval) * 1000)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,22 +145,6 @@ class WorkStatus:
     status: str
     state: WorkState
     last_error: AttemptError | None
-
-
-def _error_of(exc: BaseException, at: int, retryable: bool) -> AttemptError:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return AttemptError(type=type(exc).__qualname__, message=str(exc), traceback=tb[-8_000:],
-                        at=at, retryable=retryable)
-
-
-def last_error(state: WorkState) -> AttemptError | None:
-    """The work's failure, or else the error of its latest failed attempt."""
-    if state.failure is not None:
-        return state.failure
-    for att in reversed(state.attempts):
-        if att.error is not None:
-            return att.error
-    return None
 
 
 def status_of(state: WorkState, kind: Kind | None) -> str:
@@ -343,6 +268,8 @@ class Runtime:
     """Hosts any number of kinds on one backend: ``async with Runtime(url, kinds=[...]) as rt``.
 
     ``backend`` is a URL (opened and closed by the runtime) or a started :class:`Backend`.
+    ``credential`` is the controller's secret (see :class:`~outlive.Controller`): every runtime
+    and client of one ledger uses the same one, and no attempt ever sees it.
     ``supervise=False`` makes a client (as Temporal's client is to its worker): it starts works,
     publishes versions and follows results, and leaves running them to the runtimes that serve
     the kinds (``outlive serve``); it may then name a kind by its name alone.
@@ -354,7 +281,7 @@ class Runtime:
     def __init__(self, backend: str | Backend, kinds: Iterable[Kind], *,
                  clock: Callable[[], int] = wall_clock_ms, discover: float | None = 1.0,
                  report_errors: bool = True, name: str | None = None,
-                 supervise: bool = True) -> None:
+                 supervise: bool = True, credential: str | None = None) -> None:
         if not isinstance(backend, (str, Backend)):
             raise ConfigError(f"Runtime(backend=...) takes a URL or a Backend, got "
                               f"{type(backend).__name__}", argument="backend")
@@ -369,6 +296,9 @@ class Runtime:
                 raise ConfigError(f"two kinds named {kind.name!r}", argument="kinds")
             self.kinds[kind.name] = kind
         self.clock = clock
+        #: The controller's secret (default: ``OUTLIVE_CONTROLLER_KEY``, else the per-user key
+        #: file): it stays in this runtime and is never handed to an attempt.
+        self._credential = credential
         self.supervise = supervise
         self.discover = discover
         self.name = name or f"runtime-{uuid.uuid4().hex[:8]}"
@@ -476,7 +406,8 @@ class Runtime:
             lease = kind.lease if kind is not None else Lease()
             ctl = Controller(self._backend, clock=self.clock,
                              heartbeat_interval=lease.heartbeat_interval,
-                             missed_beats=lease.missed_beats, start_grace=lease.start_grace)
+                             missed_beats=lease.missed_beats, start_grace=lease.start_grace,
+                             credential=self._credential)
             self.controllers[key] = ctl
         return ctl
 
@@ -823,7 +754,7 @@ class Runtime:
             error = AttemptError(
                 type="GaveUp", retryable=True, at=self.clock(),
                 message=(f"{len(tried)} attempts for version {st.current_version}: "
-                         + _why_open(st) + (f"; the last error: {last.type}: {last.message}"
+                         + why_open(st) + (f"; the last error: {last.type}: {last.message}"
                                             if last is not None else "")),
                 traceback=last.traceback if last is not None else "")
             await _observe.execute(self._backend, w.work_id, ctl.stamp(L.FailWork(
@@ -992,7 +923,7 @@ class Runtime:
     async def _failed(self, w: _Work, att: Attempt, worker: Worker | None,
                       exc: BaseException) -> None:
         retryable = w.kind.retry.retryable(exc)
-        error = _error_of(exc, self.clock(), retryable)
+        error = error_of(exc, self.clock(), retryable)
         log.warning("attempt #%s of %s (kind %s) raised %s: %s%s\n%s", att.number, w.work_id,
                     w.kind.name, error.type, error.message,
                     "" if retryable else " (not retryable: the work fails)", error.traceback)
@@ -1003,18 +934,6 @@ class Runtime:
         except OutliveError as rec_exc:   # replaced meanwhile: its successor carries on
             log.info("attempt #%s of %s: its error was not recorded (%s)", att.number,
                      w.work_id, rec_exc)
-
-
-def _why_open(state: WorkState) -> str:
-    """Why a work is not complete, in one phrase, for the final error."""
-    acc = state.latest_acceptance
-    if acc is None or (state.policy.pins and acc.version != state.current_version):
-        return "no result accepted for it"
-    open_effects = [e.op_key for e in state.effects if not L.is_settled(e)]
-    if open_effects:
-        return (f"a result was accepted ({acc.digest[:8]}), but effect {open_effects[0]!r} was "
-                "never confirmed")
-    return f"a result was accepted ({acc.digest[:8]}), but the kind's completion rule is not met"
 
 
 def _accept_all(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:

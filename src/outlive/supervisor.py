@@ -37,8 +37,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from . import _observe
 from . import ledger as L
 from ._check import argument
+from ._failures import RetryPolicy, error_of, last_error, why_open
 from .backend import Backend
 from .controller import Assessor, Controller, wall_clock_ms
 from .errors import (
@@ -47,8 +49,10 @@ from .errors import (
     ConfigError,
     GaveUp,
     NotFound,
+    OutliveError,
     Rejected,
     StaleOwner,
+    WorkFailed,
 )
 from .records import (
     Acceptance,
@@ -87,6 +91,10 @@ AttemptFunction = Callable[["AttemptContext"], Awaitable[Any]]
 #: ``inputs(version_name) -> {part name: content}``: the content of a published version (the
 #: ledger keeps only hashes), so a fresh process can rebuild its snapshot.
 InputLoader = Callable[[str], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
+
+
+#: Which errors another attempt may fix, for runners given no policy of their own.
+_DEFAULT_POLICY = RetryPolicy()
 
 
 def resolve(ref: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -343,14 +351,16 @@ async def _maybe(value: Any) -> Any:
 
 
 async def run_attempt(backend: Backend, assignment: Assignment, *,
-                      clock: Callable[[], int] | None = None) -> None:
+                      clock: Callable[[], int] | None = None,
+                      policy: RetryPolicy = _DEFAULT_POLICY) -> None:
     """Run one admitted attempt here: the body every Python runner shares.
 
     Builds the worker for the assignment's attempt and token, loads the pinned inputs, renews
     the lease in the background, calls the attempt function and records ``Finish``. A replaced
     attempt (``StaleOwner``) or a refused one (``AttemptStopped``) ends quietly: alive, without
-    write authority. Any other exception propagates and the attempt goes silent, so the
-    supervisor takes it over after its lease — it is never recorded as failed.
+    write authority. Any other exception is an answer, not silence: it is recorded with the
+    attempt (``Fail``: type, message, traceback; retryable or not by ``policy``) and propagates.
+    The supervisor then admits a successor at once, or fails the work on a non-retryable error.
     """
     d = assignment.definition
     st = await backend.load(assignment.work_id)
@@ -379,6 +389,14 @@ async def run_attempt(backend: Backend, assignment: Assignment, *,
     except (StaleOwner, AttemptStopped) as exc:
         log.warning("attempt #%s of %s (token %s): refused (%s: %s); it stops, alive but without "
                     "write authority", att.number, att.work_id, att.token, type(exc).__name__, exc)
+    except Exception as exc:
+        error = error_of(exc, (clock or wall_clock_ms)(), policy.retryable(exc))
+        try:
+            await worker._call(L.Fail(attempt=att.number, token=att.token, at=error.at,
+                                      error=error, secret=assignment.secret))
+        except OutliveError:   # replaced or ended meanwhile: nothing to record
+            pass
+        raise
 
 
 class TaskDispatcher(Dispatcher):
@@ -388,21 +406,31 @@ class TaskDispatcher(Dispatcher):
         self.backend = backend
         self.clock = clock
         self.tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
+        #: Set when an attempt's task ends: the supervisor's next pass need not wait for a poll.
+        self._ended = asyncio.Event()
 
     async def dispatch(self, assignment: Assignment) -> None:
         key = (assignment.work_id, assignment.attempt)
         if key in self.tasks:
             return
-        self.tasks[key] = asyncio.create_task(
+        task = asyncio.create_task(
             self._run(assignment), name=f"outlive:{assignment.work_id}#{assignment.attempt}")
+        task.add_done_callback(lambda _t: self._ended.set())
+        self.tasks[key] = task
 
     async def _run(self, assignment: Assignment) -> None:
         try:
             await run_attempt(self.backend, assignment, clock=self.clock)
         except asyncio.CancelledError:
             raise
-        except Exception:   # the attempt goes silent; the supervisor takes it over
+        except Exception:   # recorded with the attempt (run_attempt); the supervisor decides
             log.exception("attempt #%s of %s raised", assignment.attempt, assignment.work_id)
+
+    async def wait(self, timeout: float) -> None:
+        """Sleep until the next pass is due, or until an attempt's task ends."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ended.wait(), timeout)
+        self._ended.clear()
 
     def gone(self, assignment: Assignment) -> bool:
         task = self.tasks.get((assignment.work_id, assignment.attempt))
@@ -559,7 +587,7 @@ class Supervisor:
             return False
         cur = state.current_attempt
         return cur is None or cur.state in (AttemptState.UNKNOWN, AttemptState.FINISHED,
-                                            AttemptState.STOPPED)
+                                            AttemptState.STOPPED, AttemptState.FAILED)
 
     def attempts_for_version(self, state: WorkState) -> list[Attempt]:
         return [a for a in state.attempts if a.pinned_version == state.current_version]
@@ -606,13 +634,30 @@ class Supervisor:
         if self.dispatcher.drives_takeover and st.current_attempt is not None:
             # The engine admits and starts successors; the supervisor only starts the first.
             return Status(state=st, complete=False)
+        cur = st.current_attempt
+        if st.failure is None and cur is not None and cur.state is AttemptState.FAILED \
+                and cur.error is not None and not cur.error.retryable:
+            await _observe.execute(self.backend, self.work_id,
+                                   self.controller.stamp(L.FailWork(error=cur.error,
+                                                                    at=self.clock())))
+            st = await self._state()
+        if st.failure is not None:
+            f = st.failure
+            raise WorkFailed(f"{self.work_id} failed: {f.type}: {f.message}",
+                             work_id=self.work_id, type=f.type, error=f.message,
+                             traceback=f.traceback)
         tried = self.attempts_for_version(st)
         if len(tried) >= self.definition.max_attempts:
+            last = last_error(st)
             raise GaveUp(
                 f"gave up on {self.work_id} after {len(tried)} attempts for version "
-                f"{st.current_version} without an accepted result",
+                f"{st.current_version}: {why_open(st)}"
+                + (f"; the last error: {last.type}: {last.message}" if last is not None else ""),
                 work_id=self.work_id, version=st.current_version,
-                attempts=[_attempt_summary(a) for a in tried])
+                attempts=[_attempt_summary(a) for a in tried],
+                type=last.type if last is not None else None,
+                error=last.message if last is not None else None,
+                traceback=last.traceback if last is not None else "")
         if tried:
             due = tried[-1].last_heartbeat + self.definition.backoff_for(len(tried) + 1)
             left = due - self.clock()
