@@ -88,7 +88,8 @@ from .supervisor import (
 )
 from .worker import Persist, Worker
 
-__all__ = ["Kind", "NonRetryable", "RetryPolicy", "Runtime", "WorkHandle", "WorkStatus"]
+__all__ = ["Kind", "NonRetryable", "RetryPolicy", "Runtime", "WorkHandle", "WorkStatus", "last_error",
+           "status_of"]
 
 log = logging.getLogger("outlive.runtime")
 
