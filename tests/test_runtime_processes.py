@@ -103,3 +103,21 @@ def test_works_reads_the_backend_from_the_environment(tmp_path: Path, monkeypatc
     assert cli_main(["works", "--state", "failed"]) == 0
     out = capsys.readouterr().out   # type: ignore[attr-defined]
     assert "env/bad" in out and "NonRetryable: the ticket was deleted" in out
+
+
+def test_inspect_shows_the_attempts_errors_and_the_works_failure(tmp_path: Path,
+                                                                  capsys: object) -> None:
+    url = f"sqlite:///{tmp_path / 'inspect.db'}"
+
+    async def failing() -> None:
+        async with Runtime(url, [K.NONRETRYABLE], discover=None, report_errors=False) as rt:
+            h = await rt.start(K.NONRETRYABLE, "inspect/bad", "v1", K.parts_for("v1"))
+            try:
+                await h.result()
+            except outlive.WorkFailed:
+                pass
+    asyncio.run(failing())
+    assert cli_main(["inspect", "inspect/bad", "--backend", url]) == 0
+    out = capsys.readouterr().out   # type: ignore[attr-defined]
+    assert "FAILED: NonRetryable: the ticket was deleted" in out
+    assert "raised NonRetryable: the ticket was deleted  (not retryable)" in out

@@ -73,6 +73,10 @@ def state_lines(st: WorkState, out: Callable[[str], None]) -> None:
     out(f"work {st.work_id}: epoch {st.epoch}, current input {st.current_version}, "
         f"policy fencing={'on' if st.policy.fencing else 'off'} "
         f"pins={'on' if st.policy.pins else 'off'}")
+    if st.failure is not None:
+        out(f"  FAILED: {st.failure.type}: {st.failure.message}")
+        for line in st.failure.traceback.rstrip().splitlines()[-6:]:
+            out(f"    {line}")
     out("  inputs")
     for v in st.inputs:
         out(f"    {v.version}  parts {', '.join(f'{k}={short(h)}' for k, h in v.parts.items())}"
@@ -81,6 +85,9 @@ def state_lines(st: WorkState, out: Callable[[str], None]) -> None:
     for a in st.attempts:
         out(f"    #{a.number}  token {a.token}  pinned {a.pinned_version}  {a.state.value}  "
             f"admitted {t(a.admitted_at)}  last sign of life {t(a.last_heartbeat)}")
+        if a.error is not None:
+            out(f"      raised {a.error.type}: {a.error.message}"
+                + ("" if a.error.retryable else "  (not retryable)"))
     out("  journal (checked by the successor: restore only on a matching input key)")
     for e in st.journal:
         stale = "  STALE" if e.stale else ""
