@@ -7,17 +7,16 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import agents_scene as S
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from test_pydantic_ai_agent import scene_attempt
 
 import outlive
 from outlive import ledger as L
 from outlive_agents.judge import Judge, ask_agent, parse_verdict
-
-from . import scene as S
-from .test_pydantic_ai_agent import scene_attempt
 
 
 def editor(calls: list[str], *, version: str = "2", strict: bool = False) -> Judge:
@@ -79,8 +78,10 @@ async def test_a_refusing_judge_accepts_nothing_and_the_post_is_not_repeated(
     with pytest.raises(outlive.errors.GaveUp, match="v1"):
         await S.run_scene(backend, scene, scene_attempt(scene), assessor=judge,
                           contract=judge.contract("digest-posted", "1"), max_attempts=2)
-    assert judged == ["v1", "v1"]
-    assert scene.model_calls == [(1, 0), (1, 1), (1, 2)], "#2 restored all three"
+    # #1's candidate was refused; #2's (the same answer, every call restored) too, unless the
+    # cap was reached first
+    assert judged[0] == "v1" and set(judged) == {"v1"}
+    assert scene.model_calls == [(1, 0), (1, 1), (1, 2)], "#2 called the model for nothing"
     assert scene.feed.posts == ["Q3 digest: revenue 4.1 million."]
     st = await backend.load(S.WORK)
     assert st is not None and st.acceptances == ()

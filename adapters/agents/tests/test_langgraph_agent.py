@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import agents_scene as S
 import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -21,8 +22,6 @@ from outlive.supervisor import AttemptContext
 from outlive_agents import effect, operation_key, tool_operation_key
 from outlive_agents.langgraph import agent_attempt, journaled, outlive_tools
 from outlive_langgraph import current_worker
-
-from . import scene as S
 
 # create_react_agent is LangGraph's prebuilt agent as users run it today (it warns that it moved)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

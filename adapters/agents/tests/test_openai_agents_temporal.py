@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import agents_scene as S
+import agents_temporal_app as app
 import pytest
 from agents import Model, set_tracing_disabled
 from temporalio.client import Client
@@ -20,9 +22,6 @@ from temporalio.worker import Worker
 from outlive_agents import tool_operation_key
 from outlive_agents.openai_agents import OutliveAgentsPlugin
 from outlive_temporal import DevServer, OutlivePlugin, WorkHandle
-
-from . import scene as S
-from . import temporal_agent_app as app
 
 
 class ScriptModel(Model):

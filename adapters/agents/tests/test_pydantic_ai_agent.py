@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import agents_scene as S
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -16,8 +17,6 @@ import outlive
 from outlive.supervisor import AttemptContext
 from outlive_agents import effect, operation_key, tool_operation_key
 from outlive_agents.pydantic_ai import agent_attempt, current_worker
-
-from . import scene as S
 
 
 def report_model(scene: S.Scene) -> FunctionModel:

@@ -13,6 +13,7 @@ from typing import Any
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
+    import agents_scene as S
     from agents import Agent
     from temporalio.contrib.openai_agents import workflow as agents_workflow
 
@@ -20,8 +21,6 @@ with workflow.unsafe.imports_passed_through():
     from outlive_agents import operation_key
     from outlive_agents.openai_agents import run_agent
     from outlive_temporal import Attempt, Work, current_attempt
-
-    from . import scene as S
 
 
 @dataclass

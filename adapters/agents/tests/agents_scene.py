@@ -34,8 +34,9 @@ V1 = {"ticket": TICKET, "report": "Revenue was 4.1 million for the quarter. Cost
 V2 = {**V1, "report": "Revenue was 4.7 million for the quarter. Costs fell 3 percent."}
 VERSIONS = {"v1": V1, "v2": V2}
 WORK = "ticket/q3-digest"
-#: A loaded 2-core machine: takeover after ~0.6 s of silence.
-LEASE = outlive.Lease(heartbeat_interval=200, missed_beats=3, start_grace=2_000)
+#: A loaded 2-core machine: takeover after ~1.5 s of silence (a shorter lease lets the load
+#: itself pass for silence).
+LEASE = outlive.Lease(heartbeat_interval=300, missed_beats=5, start_grace=5_000)
 
 
 def inputs(version: str) -> dict[str, str]:
