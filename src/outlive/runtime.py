@@ -346,7 +346,7 @@ class Runtime:
             return
         await self._recover()
         self._scheduler = asyncio.create_task(self._schedule(), name=f"outlive:{self.name}")
-        if self.discover:
+        if self.discover and _lists(self.backend):
             self._discoverer = asyncio.create_task(self._discover_loop(),
                                                    name=f"outlive:{self.name}:discover")
 
@@ -457,6 +457,9 @@ class Runtime:
 
     async def works(self, *, state: str | None = None, kind: str | None = None) -> list[WorkStatus]:
         """Every work the backend holds (of any kind), with its status and last error."""
+        if not _lists(self._backend):
+            raise ConfigError(f"{type(self._backend).__name__} cannot list its works",
+                              url=self._backend.url)
         out = []
         for wid in await self._backend.works():
             st = await self._backend.load(wid)
@@ -553,6 +556,11 @@ class Runtime:
 
     async def _recover(self) -> None:
         """Find the works of this runtime's kinds left open and carry them on."""
+        if not _lists(self._backend):
+            log.warning("%s cannot list its works: works left open by an earlier runtime are "
+                        "carried on only when started or published again",
+                        type(self._backend).__name__)
+            return
         for wid in await self._backend.works():
             self._known.add(wid)
             st = await self._backend.load(wid)
@@ -935,6 +943,11 @@ class Runtime:
         except OutliveError as rec_exc:   # replaced meanwhile: its successor carries on
             log.info("attempt #%s of %s: its error was not recorded (%s)", att.number,
                      w.work_id, rec_exc)
+
+
+def _lists(backend: Backend) -> bool:
+    """Whether the backend can list its works (the base class's empty list is not an answer)."""
+    return type(backend).works is not Backend.works
 
 
 def _accept_all(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
