@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import logging
 import sys
@@ -729,28 +730,28 @@ class Runtime:
                                    ctl.stamp(L.FailWork(error=cur.error, at=self.clock())))
             self._settle(w, await self._load(w.work_id))
             return
-        # 3. Silence: a leased attempt whose runner is not here and whose lease ran out, or a
-        #    runner here that ended without a word.
+        # 3. Silence (ledger.suspicion, the one rule): a runner here that ended without a word
+        #    (waiting or not), a leased attempt whose lease ran out, a wait past the kind's limit.
         if cur is not None and L.is_live(cur):
-            if w.running == cur.number and w.task is not None and not w.task.done():
+            here = w.running == cur.number
+            alive_here = here and w.task is not None and not w.task.done()
+            if alive_here and cur.state is not AttemptState.WAITING:
                 return   # running here: its end is an event, its lease needs no timer
-            if w.running == cur.number and cur.state is not AttemptState.WAITING:
-                await self._mark_unknown(w, cur)   # its task ended and it never finished
-                st = await self._load(w.work_id)
-                cur = st.current_attempt
-            elif L.is_leased(cur):
-                lease = kind.lease
-                limit = (max(lease.timeout, lease.start_grace)
-                         if cur.state is AttemptState.ADMITTED else lease.timeout)
-                left = cur.last_heartbeat + limit - self.clock()
-                if left >= 0:
-                    self._at(cur.last_heartbeat + limit + 1, w.work_id)
-                    return
-                await self._mark_unknown(w, cur)
-                st = await self._load(w.work_id)
-                cur = st.current_attempt
-            else:
-                return   # waiting on a person: not silence
+            lease = kind.lease
+            why = L.suspicion(cur, self.clock(), timeout=lease.timeout,
+                              start_grace=lease.start_grace, wait_limit=lease.wait_limit,
+                              runner_gone=here and not alive_here)
+            if why is None:
+                due = L.suspect_at(cur, timeout=lease.timeout, start_grace=lease.start_grace,
+                                   wait_limit=lease.wait_limit)
+                if due is not None:
+                    self._at(due, w.work_id)
+                return   # not yet (a wait without a limit: never; it is not silence)
+            await self._mark_unknown(w, cur)
+            if alive_here and w.task is not None:
+                w.task.cancel()   # suspected here (past its wait limit): stop it, as a dispatcher would
+            st = await self._load(w.work_id)
+            cur = st.current_attempt
         if cur is not None and L.is_live(cur):
             return
         if self._settle(w, st) or self._closing or st.current_version is None:
@@ -810,7 +811,8 @@ class Runtime:
     async def _mark_unknown(self, w: _Work, att: Attempt) -> None:
         await _observe.execute(self._backend, w.work_id,
                                self._controller(w.kind).stamp(L.MarkUnknown(
-                                   attempt=att.number, at=self.clock(), signs=att.signs)))
+                                   attempt=att.number, at=self.clock(), signs=att.signs,
+                                   waiting=att.state is AttemptState.WAITING)))
 
     async def _judge(self, w: _Work, st: WorkState, ctl: Controller) -> bool:
         """Judge the candidates this runtime's attempt waits on; True if anything was written."""
@@ -905,6 +907,7 @@ class Runtime:
             inputs = await self._inputs(w, att.pinned_version)
             fn = resolve(w.kind.attempt)
             worker = Worker(self._backend, att, inputs, persist=w.kind.persist, clock=self.clock)
+            worker.on_wait = functools.partial(self._wake, w.work_id)   # times a wait limit
             await worker.start()
             ctx = _Context(self, worker, w.kind, inputs)
             # start() claimed the attempt just now: that is its sign of life
