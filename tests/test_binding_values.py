@@ -380,3 +380,20 @@ async def test_on_postgresql_the_lease_clock_is_the_servers(
     finally:
         monkeypatch.undo()
         await b.close()
+
+
+async def test_under_the_runtime_a_wait_past_the_kinds_limit_is_taken_over(
+        store: outlive.Backend) -> None:
+    """The runtime asks the same rule: #1 waits on a person who never answers; past the kind's
+    wait limit it is suspected and #2 completes the work."""
+    kind = outlive.Kind(name="approval", attempt=_waits_then("hangs"), contract=CONTRACT,
+                        inputs=lambda v: V1,
+                        lease=dataclasses.replace(LEASE, heartbeat_interval=2_000,
+                                                  wait_limit=300))
+    async with outlive.Runtime(store, kinds=[kind], discover=None) as rt:
+        h = await rt.start(kind, "w", "v1", V1)
+        done = await asyncio.wait_for(h.result(), 30)
+        st = (await h.state()).state
+    assert done.acceptance.attempt == 2
+    assert st.attempts[0].state is outlive.AttemptState.UNKNOWN
+    assert st.attempts[0].waiting_for == "approval by the editor"

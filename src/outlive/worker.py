@@ -186,6 +186,9 @@ class Worker:
         self.replaced = False
         #: What this worker last said the attempt waits for (:meth:`wait`), until :meth:`resume`.
         self.waits: str | None = None
+        #: Called once a wait is recorded: a watcher in this process (a runtime) learns that the
+        #: attempt waits, to time the kind's wait limit without polling.
+        self.on_wait: Callable[[], None] | None = None
         #: When (this worker's clock) a write of its own last landed: a sign of life already
         #: given, so the background renewal need not send one as well.
         self.last_sign: int | None = None
@@ -426,10 +429,13 @@ class Worker:
                 await task
 
     async def wait(self, reason: str) -> None:
-        """Record ``waiting`` (on a person, an outside event): not silence, never suspected."""
+        """Record ``waiting`` (on a person, an outside event): not silence; suspected only past
+        the kind's wait limit, or when its runner is known dead (:func:`outlive.ledger.suspicion`)."""
         await self._call(L.Wait(attempt=self.attempt.number, token=self.token, reason=reason,
                                 at=self.clock(), secret=self.attempt.secret))
         self.waits = reason
+        if self.on_wait is not None:
+            self.on_wait()
 
     async def resume(self) -> None:
         """The wait is over: ``running`` again (any fenced write also ends a wait)."""
