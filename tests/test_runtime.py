@@ -175,3 +175,29 @@ async def test_an_attempt_cannot_act_as_the_runtimes_controller(url: str) -> Non
         done = await (await rt.start(kind, "digest/meddled", "v1", K.parts_for("v1"))).result()
     assert type(seen["error"]).__name__ == "NotController"
     assert done.acceptance.version == "v1"
+
+
+async def test_an_attempt_dead_between_acceptance_and_announcement_is_carried_on(url: str) -> None:
+    """Accepted, then silent before any intent was written: the work is not done; a successor
+    restores every step, finds its candidate already accepted and announces, once."""
+    K._RECEIVER = None
+
+    async def dies_after_acceptance(ctx: outlive.AttemptContext) -> None:
+        w = ctx.worker
+        for part in K.SECTIONS:
+            await w.step(part, K.summarise, **{part: ctx.inputs[part]})
+        acc = await ctx.submit({"sections": {p: w.result(p) for p in K.SECTIONS}})
+        if ctx.attempt.number == 1:
+            raise asyncio.CancelledError("the process dies here, without a word")
+        await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
+                       send=K.post)
+
+    kind = outlive.Kind(name="dies", attempt=dies_after_acceptance, contract=K.CONTRACT,
+                        inputs=K.parts_for, lease=K.SMALL.lease)
+    async with Runtime(url, [kind], discover=None) as rt:
+        done = await asyncio.wait_for(
+            (await rt.start(kind, "digest/dies", "v1", K.parts_for("v1"))).result(), 30)
+    assert [a.state for a in done.attempts] == [AttemptState.UNKNOWN, AttemptState.FINISHED]
+    assert len(K.receiver().applied) == 1
+    st = done.attempts
+    assert len(st) == 2

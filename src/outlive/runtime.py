@@ -89,8 +89,8 @@ from .supervisor import (
 )
 from .worker import Persist, Worker
 
-__all__ = ["Kind", "NonRetryable", "RetryPolicy", "Runtime", "WorkHandle", "WorkStatus", "last_error",
-           "status_of"]
+__all__ = ["Kind", "NonRetryable", "RetryPolicy", "Runtime", "WorkHandle", "WorkStatus",
+           "finished_work", "last_error", "status_of"]
 
 log = logging.getLogger("outlive.runtime")
 
@@ -118,8 +118,8 @@ class Kind:
     concurrency: int | None = None
     max_queued: int = 10_000
     args: tuple[str, ...] = ()
-    #: When a work of this kind is done; default: the current version accepted under this kind's
-    #: contract and no effect intent open.
+    #: When a work of this kind is done; default (:func:`finished_work`): an attempt pinned to
+    #: the current version ran to its end, its result is accepted, and no effect intent is open.
     complete: Callable[[WorkState], bool] | None = None
 
     def __post_init__(self) -> None:
@@ -134,7 +134,7 @@ class Kind:
             raise ConfigError("concurrency must be >= 1 or None", field="concurrency")
 
     def is_complete(self, state: WorkState) -> bool:
-        return (self.complete or work_complete)(state)
+        return (self.complete or finished_work)(state)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,11 +149,27 @@ class WorkStatus:
     last_error: AttemptError | None
 
 
+def finished_work(state: WorkState) -> bool:
+    """Done: the current version's result is accepted, no effect intent is open, and an attempt
+    pinned to that version ran to its end.
+
+    The last clause is what an acceptance alone cannot say: an attempt that died between its
+    acceptance and its announcement left no intent yet, so only its finish shows that every
+    effect it owed was sent; without it a successor runs, restores every step, finds its
+    candidate already accepted and sends what is missing.
+    """
+    if not work_complete(state):
+        return False
+    return any(a.state is AttemptState.FINISHED
+               and (a.pinned_version == state.current_version or not state.policy.pins)
+               for a in state.attempts)
+
+
 def status_of(state: WorkState, kind: Kind | None) -> str:
     """One word for a work, from its ledger state alone."""
     if state.failure is not None:
         return "failed"
-    complete = kind.is_complete(state) if kind is not None else work_complete(state)
+    complete = kind.is_complete(state) if kind is not None else finished_work(state)
     cur = state.current_attempt
     if complete and (cur is None or not L.is_live(cur)):
         return "completed"
@@ -667,7 +683,7 @@ class Runtime:
             if f.type == "GaveUp" or f.retryable:
                 raise GaveUp(f"gave up on {st.work_id}: {f.message}", **details)
             raise WorkFailed(f"{st.work_id} failed: {f.type}: {f.message}", **details)
-        complete = kind.is_complete(st) if kind is not None else work_complete(st)
+        complete = kind.is_complete(st) if kind is not None else finished_work(st)
         cur = st.current_attempt
         if complete and (cur is None or not L.is_live(cur)):
             acc = st.latest_acceptance
