@@ -12,8 +12,8 @@ Side by side, alternating in rounds, the same agent and fake model (a read-only 
   alone (each model call and tool call an activity) vs the same workflow extending
   ``outlive_temporal.Work`` with ``run_agent`` and ``OutliveAgentsPlugin`` (a dev server).
 
-Reported: microseconds per model call (median of each round's runs) and the ratio
-outlive / baseline per round (target <= 1.10). Run: ``make bench-agents``.
+Reported: microseconds per model call (median of each round's runs) and, per round, the median
+ratio outlive / baseline over pairs of runs taken back to back (target <= 1.10). Run: ``make bench-agents``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from agents import Agent, Model, Runner
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.prebuilt import create_react_agent
 from temporalio import activity, workflow
 from temporalio.contrib import openai_agents as temporal_agents
 from temporalio.contrib.openai_agents.testing import ResponseBuilders
@@ -84,46 +87,50 @@ def _lg_model(turns: int) -> Any:
     return Script()
 
 
-async def _langgraph(tmp: Path, turns: int, runs: int, ours: bool, seq: list[int]) -> list[float]:
-    from langchain_core.messages import HumanMessage
-    from langchain_core.tools import tool
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-    from langgraph.prebuilt import create_react_agent
+@tool
+def read_attachment_tool(name: str) -> str:
+    """Read one attachment of the ticket."""
+    return TEXT
 
-    from outlive_agents.langgraph import journaled, outlive_tools
-    from outlive_langgraph import run
 
-    @tool
-    def read_attachment(name: str) -> str:
-        """Read one attachment of the ticket."""
-        return TEXT
+class _LangGraph:
+    """Both sides on one saver file (threads apart); the ledger beside it on ``sqlite://``."""
 
-    model = _lg_model(turns)
-    out = []
-    async with AsyncSqliteSaver.from_conn_string(str(tmp / "lg.db")) as saver:
-        backend = await outlive.open_backend(f"sqlite:///{tmp / 'o.db'}") if ours else None
-        if ours:
-            agent = create_react_agent(journaled(model), outlive_tools([read_attachment]),
+    def __init__(self, tmp: Path, turns: int) -> None:
+        self.tmp, self.turns = tmp, turns
+
+    async def __aenter__(self) -> _LangGraph:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        from outlive_agents.langgraph import journaled, outlive_tools
+
+        self._saver_cm = AsyncSqliteSaver.from_conn_string(str(self.tmp / "lg.db"))
+        saver = await self._saver_cm.__aenter__()
+        self.backend = await outlive.open_backend(f"sqlite:///{self.tmp / 'o.db'}")
+        model = _lg_model(self.turns)
+        self.plain = create_react_agent(model, [read_attachment_tool], checkpointer=saver)
+        self.ours = create_react_agent(journaled(model), outlive_tools([read_attachment_tool]),
                                        checkpointer=saver)
+        return self
+
+    async def once(self, ours: bool, seq: list[int]) -> float:
+        from outlive_langgraph import run
+
+        seq[0] += 1
+        cfg: Any = {"configurable": {"thread_id": f"t{seq[0]}"}}
+        prompt = {"messages": [HumanMessage("Write the Q3 digest.")]}
+        if ours:
+            worker = await _attempt(self.backend, f"w{seq[0]}")
+            t0 = time.perf_counter()
+            await run(self.ours, prompt, worker=worker, config=cfg)
         else:
-            agent = create_react_agent(model, [read_attachment], checkpointer=saver)
-        try:
-            for _ in range(runs):
-                seq[0] += 1
-                cfg: Any = {"configurable": {"thread_id": f"t{seq[0]}"}}
-                prompt = {"messages": [HumanMessage("Write the Q3 digest.")]}
-                if backend is not None:
-                    worker = await _attempt(backend, f"w{seq[0]}")
-                    t0 = time.perf_counter()
-                    await run(agent, prompt, worker=worker, config=cfg)
-                else:
-                    t0 = time.perf_counter()
-                    await agent.ainvoke(prompt, cfg)
-                out.append((time.perf_counter() - t0) / (turns + 1))
-        finally:
-            if backend is not None:
-                await backend.close()
-    return out
+            t0 = time.perf_counter()
+            await self.plain.ainvoke(prompt, cfg)
+        return (time.perf_counter() - t0) / (self.turns + 1)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.backend.close()
+        await self._saver_cm.__aexit__(None, None, None)
 
 
 # -- pydantic-ai -------------------------------------------------------------------------------
@@ -149,23 +156,27 @@ def _pa_agent(turns: int, name: str) -> Any:
     return agent
 
 
-async def _pydantic_ai_ours(tmp: Path, turns: int, runs: int, seq: list[int]) -> list[float]:
-    from outlive_agents.pydantic_ai import outlive_overrides
+class _PydanticAiOurs:
+    def __init__(self, tmp: Path, turns: int) -> None:
+        self.tmp, self.turns = tmp, turns
+        self.agent = _pa_agent(turns, "ours")
 
-    agent = _pa_agent(turns, "ours")
-    backend = await outlive.open_backend(f"sqlite:///{tmp / 'pa.db'}")
-    out = []
-    try:
-        for _ in range(runs):
-            seq[0] += 1
-            worker = await _attempt(backend, f"p{seq[0]}")
-            t0 = time.perf_counter()
-            with outlive_overrides(agent, worker=worker):
-                await agent.run("Write the Q3 digest.")
-            out.append((time.perf_counter() - t0) / (turns + 1))
-    finally:
-        await backend.close()
-    return out
+    async def __aenter__(self) -> _PydanticAiOurs:
+        self.backend = await outlive.open_backend(f"sqlite:///{self.tmp / 'pa.db'}")
+        return self
+
+    async def once(self, seq: list[int]) -> float:
+        from outlive_agents.pydantic_ai import outlive_overrides
+
+        seq[0] += 1
+        worker = await _attempt(self.backend, f"p{seq[0]}")
+        t0 = time.perf_counter()
+        with outlive_overrides(self.agent, worker=worker):
+            await self.agent.run("Write the Q3 digest.")
+        return (time.perf_counter() - t0) / (self.turns + 1)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.backend.close()
 
 
 class _Dbos:
@@ -184,13 +195,10 @@ class _Dbos:
         DBOS.launch()
         self.turns = turns
 
-    async def runs(self, runs: int) -> list[float]:
-        out = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            await self.agent.run("Write the Q3 digest.")
-            out.append((time.perf_counter() - t0) / (self.turns + 1))
-        return out
+    async def once(self) -> float:
+        t0 = time.perf_counter()
+        await self.agent.run("Write the Q3 digest.")
+        return (time.perf_counter() - t0) / (self.turns + 1)
 
     def close(self) -> None:
         from dbos import DBOS
@@ -288,84 +296,87 @@ class _Temporal:
         await self.worker.__aenter__()
         return self
 
-    async def runs(self, runs: int, ours: bool, seq: list[int]) -> list[float]:
+    async def once(self, ours: bool, seq: list[int]) -> float:
         workflow = self.parts["ours" if ours else "baseline"]
-        out = []
-        for _ in range(runs):
-            seq[0] += 1
-            t0 = time.perf_counter()
-            await self.client.execute_workflow(workflow.run, "Write the Q3 digest.",
-                                               id=f"t{seq[0]}", task_queue="bench-agents")
-            out.append((time.perf_counter() - t0) / (self.turns + 1))
-        return out
+        seq[0] += 1
+        t0 = time.perf_counter()
+        await self.client.execute_workflow(workflow.run, "Write the Q3 digest.",
+                                           id=f"t{seq[0]}", task_queue="bench-agents")
+        return (time.perf_counter() - t0) / (self.turns + 1)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.worker.__aexit__(None, None, None)
         self.server.__exit__(None, None, None)
 
 
+async def _paired(rounds: int, runs: int, base: Any, ours: Any) -> list[dict[str, float]]:
+    """Rounds of ``runs`` pairs, one baseline run and one outlive run each, in alternating order
+    (load that comes and goes hits both sides of a pair alike); per round, the median of the
+    pairs' ratios and of each side's time per model call."""
+    out = []
+    for _ in range(rounds):
+        pairs: list[tuple[float, float]] = []
+        for i in range(runs):
+            if i % 2 == 0:
+                b = await base()
+                o = await ours()
+            else:
+                o = await ours()
+                b = await base()
+            pairs.append((b, o))
+        out.append({"baseline_us": statistics.median(b for b, _ in pairs) * 1e6,
+                    "outlive_us": statistics.median(o for _, o in pairs) * 1e6,
+                    "ratio": statistics.median(o / b for b, o in pairs)})
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=20, help="agent runs per side per round")
+    ap.add_argument("--runs", type=int, default=20, help="pairs of agent runs per round")
     ap.add_argument("--turns", type=int, default=8, help="tool turns per run (model calls - 1)")
-    ap.add_argument("--temporal-runs", type=int, default=5,
-                    help="workflow runs per side per round on Temporal")
+    ap.add_argument("--temporal-runs", type=int, default=6,
+                    help="pairs of workflow runs per round on Temporal")
     ap.add_argument("--skip-temporal", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    rows: dict[str, list[dict[str, float]]] = {"langgraph": [], "pydantic-ai": [],
-                                               "openai-agents-temporal": []}
+    rows: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         seq = [0]
+        async with _LangGraph(tmp, args.turns) as lg:
+            for ours in (False, True, False, True):            # warm-up, not reported
+                await lg.once(ours, seq)
+            rows["langgraph"] = await _paired(args.rounds, args.runs,
+                                              lambda: lg.once(False, seq),
+                                              lambda: lg.once(True, seq))
         dbos = _Dbos(tmp, args.turns)
         try:
-            # one warm-up round, not reported
-            await _langgraph(tmp, args.turns, 3, False, seq)
-            await _langgraph(tmp, args.turns, 3, True, seq)
-            await dbos.runs(3)
-            await _pydantic_ai_ours(tmp, args.turns, 3, seq)
-            for r in range(args.rounds):
-                order = (False, True) if r % 2 == 0 else (True, False)
-                got = {o: statistics.median(await _langgraph(tmp, args.turns, args.runs, o, seq))
-                       for o in order}
-                rows["langgraph"].append({"baseline_us": got[False] * 1e6,
-                                          "outlive_us": got[True] * 1e6,
-                                          "ratio": got[True] / got[False]})
-                if r % 2 == 0:
-                    base = statistics.median(await dbos.runs(args.runs))
-                    ours = statistics.median(await _pydantic_ai_ours(tmp, args.turns, args.runs, seq))
-                else:
-                    ours = statistics.median(await _pydantic_ai_ours(tmp, args.turns, args.runs, seq))
-                    base = statistics.median(await dbos.runs(args.runs))
-                rows["pydantic-ai"].append({"baseline_us": base * 1e6, "outlive_us": ours * 1e6,
-                                            "ratio": ours / base})
+            async with _PydanticAiOurs(tmp, args.turns) as pa:
+                for _ in range(2):
+                    await dbos.once()
+                    await pa.once(seq)
+                rows["pydantic-ai"] = await _paired(args.rounds, args.runs, dbos.once,
+                                                    lambda: pa.once(seq))
         finally:
             dbos.close()
         if not args.skip_temporal:
             async with _Temporal(tmp, args.turns) as temporal:
-                await temporal.runs(2, False, seq)
-                await temporal.runs(2, True, seq)
-                for r in range(args.rounds):
-                    order = (False, True) if r % 2 == 0 else (True, False)
-                    got = {o: statistics.median(await temporal.runs(args.temporal_runs, o, seq))
-                           for o in order}
-                    rows["openai-agents-temporal"].append(
-                        {"baseline_us": got[False] * 1e6, "outlive_us": got[True] * 1e6,
-                         "ratio": got[True] / got[False]})
+                for ours in (False, True, False, True):
+                    await temporal.once(ours, seq)
+                rows["openai-agents-temporal"] = await _paired(
+                    args.rounds, args.temporal_runs, lambda: temporal.once(False, seq),
+                    lambda: temporal.once(True, seq))
     names = {"langgraph": "LangGraph create_react_agent: AsyncSqliteSaver alone vs + outlive",
              "pydantic-ai": "pydantic-ai Agent: DBOSAgent (SQLite) vs outlive (sqlite://)",
              "openai-agents-temporal": "OpenAI Agents SDK on Temporal: OpenAIAgentsPlugin alone "
                                        "vs + OutliveAgentsPlugin (Work, run_agent)"}
     for key, rounds in rows.items():
-        if not rounds:
-            continue
         ratios = [x["ratio"] for x in rounds]
         base = [x["baseline_us"] for x in rounds]
         ours = [x["outlive_us"] for x in rounds]
         print(f"{names[key]}: per model call baseline {min(base):.0f}-{max(base):.0f} us, "
-              f"outlive {min(ours):.0f}-{max(ours):.0f} us, ratio {min(ratios):.3f}-"
+              f"outlive {min(ours):.0f}-{max(ours):.0f} us, paired ratio {min(ratios):.3f}-"
               f"{max(ratios):.3f} (median {statistics.median(ratios):.3f}; target <= 1.10)")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
