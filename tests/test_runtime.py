@@ -201,3 +201,28 @@ async def test_an_attempt_dead_between_acceptance_and_announcement_is_carried_on
     assert len(K.receiver().applied) == 1
     st = done.attempts
     assert len(st) == 2
+
+
+async def test_a_blocking_step_runs_off_the_loop_and_is_not_taken_over(url: str) -> None:
+    """A plain step that blocks for three leases (a synchronous HTTP client, say) runs in a
+    thread: the lease is renewed meanwhile and another work completes in the meantime."""
+    import time as _time
+
+    def blocking(**section: str) -> str:
+        _time.sleep(3.6)      # three times the 1.2 s lease
+        return "slow summary"
+
+    async def slow_sync(ctx: outlive.AttemptContext) -> None:
+        w = ctx.worker
+        await w.step("revenue", blocking, revenue=ctx.inputs["revenue"])
+        await ctx.submit({"revenue": w.result("revenue")})
+
+    kind = outlive.Kind(name="blocking", attempt=slow_sync, contract=K.CONTRACT,
+                        inputs=K.parts_for, lease=K.SMALL.lease)
+    async with Runtime(url, [kind, K.SMALL], discover=None) as rt:
+        slow = await rt.start(kind, "digest/blocking", "v1", K.parts_for("v1"))
+        quick = await rt.start(K.SMALL, "digest/quick", "v1", K.parts_for("v1"))
+        await asyncio.wait_for(quick.result(), 3.0)   # done while the other step still blocks
+        assert (await slow.state()).status == "running"
+        done = await asyncio.wait_for(slow.result(), 30)
+    assert len(done.attempts) == 1

@@ -44,7 +44,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from . import _observe
 from . import ledger as L
@@ -117,6 +117,10 @@ class Kind:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     concurrency: int | None = None
     max_queued: int = 10_000
+    #: Where a plain (non-async) step function runs: ``"thread"`` (a worker thread, so a long
+    #: blocking call stops neither the lease's renewal nor the other works) or ``"loop"``
+    #: (inline, for quick pure functions where a thread hop costs more than the call).
+    sync_steps: Literal["thread", "loop"] = "thread"
     args: tuple[str, ...] = ()
     #: When a work of this kind is done; default (:func:`finished_work`): an attempt pinned to
     #: the current version ran to its end, its result is accepted, and no effect intent is open.
@@ -923,6 +927,7 @@ class Runtime:
             inputs = await self._inputs(w, att.pinned_version)
             fn = resolve(w.kind.attempt)
             worker = Worker(self._backend, att, inputs, persist=w.kind.persist, clock=self.clock)
+            worker.sync_in_thread = w.kind.sync_steps == "thread"
             worker.on_wait = functools.partial(self._wake, w.work_id)   # times a wait limit
             await worker.start()
             ctx = _Context(self, worker, w.kind, inputs)

@@ -172,6 +172,10 @@ class Worker:
         self.snapshot = dict(snapshot) if snapshot is not None else None
         self.persist = persist
         self.clock = clock
+        #: Run a plain (non-async) step function in a worker thread, so a long synchronous call
+        #: (a blocking HTTP client, a CPU-bound parse) does not stop the event loop that renews
+        #: this attempt's lease and runs every other work of the process.
+        self.sync_in_thread = False
         self.steps: dict[str, StepRecord] = {}
         self._results: dict[str, Any] = {}
         #: Each step's part as (input key, sources, result id, external): a Part is built only
@@ -287,6 +291,13 @@ class Worker:
             if type(out) is _COROUTINE or inspect.isawaitable(out):   # the first: an async fn
                 out = await out
             return out
+
+        if self.sync_in_thread and not inspect.iscoroutinefunction(fn):
+            async def body() -> Any:   # the context is copied into the thread, as asyncio does
+                out = await asyncio.to_thread(fn, **ins)
+                if inspect.isawaitable(out):
+                    out = await out
+                return out
 
         call = StepCall(work_id=att.work_id, attempt=att.number, token=att.token,
                         step=name, input_key=key, persist=self.persist)
