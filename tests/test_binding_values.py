@@ -289,12 +289,15 @@ async def _until(predicate: Any, store: outlive.Backend) -> outlive.WorkState:
 
 async def test_a_waiting_attempt_whose_runner_died_is_suspected(store: outlive.Backend) -> None:
     clock = [_ms()]
-    sup = _supervised(store, "dies", clock)
+    sup = _supervised(store, "hangs", clock)
     try:
         await sup.publish("v1", V1)
         await sup.tick()                                    # admits and dispatches #1
+        await _until(lambda s: s.attempts[0].state is outlive.AttemptState.WAITING, store)
         task = sup.dispatcher.tasks[("w", 1)]               # type: ignore[attr-defined]
-        await asyncio.wait_for(asyncio.shield(task), 10)   # the runner is gone
+        task.cancel()                                       # the runner dies without a word
+        with pytest.raises(asyncio.CancelledError):
+            await task
         st = await store.load("w")
         assert st is not None and st.attempts[0].state is outlive.AttemptState.WAITING
         status = await sup.tick()                           # no time passed: no lease ran out

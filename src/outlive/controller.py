@@ -144,10 +144,12 @@ class Controller:
         limit = self.heartbeat_interval * self.missed_beats
         marked: list[Attempt] = []
         for att in st.attempts:
-            if L.suspicion(att, now, timeout=limit, start_grace=self.start_grace,
-                           wait_limit=self.wait_limit) is not None:
+            why = L.suspicion(att, now, timeout=limit, start_grace=self.start_grace,
+                              wait_limit=self.wait_limit)
+            if why is not None:
+                # a beat while waiting does not end a wait: only silence is a compare-and-set
                 out = await _observe.execute(self.backend, work_id, L.MarkUnknown(
-                    attempt=att.number, at=now, signs=att.signs,
+                    attempt=att.number, at=now, signs=None if why == "wait limit" else att.signs,
                     waiting=att.state is AttemptState.WAITING, credential=self._credential))
                 if out.kind == "unknown":
                     marked.append(out.record)

@@ -767,7 +767,7 @@ class Runtime:
                 if due is not None:
                     self._at(due, w.work_id)
                 return   # not yet (a wait without a limit: never; it is not silence)
-            await self._mark_unknown(w, cur)
+            await self._mark_unknown(w, cur, cas=why != "wait limit")   # a beat ends no wait
             if alive_here and w.task is not None:
                 w.task.cancel()   # suspected here (past its wait limit): stop it, as a dispatcher would
             st = await self._load(w.work_id)
@@ -828,10 +828,11 @@ class Runtime:
         w.task = asyncio.create_task(self._run(w, att),
                                      name=f"outlive:{w.work_id}#{att.number}")
 
-    async def _mark_unknown(self, w: _Work, att: Attempt) -> None:
+    async def _mark_unknown(self, w: _Work, att: Attempt, *, cas: bool = True) -> None:
         await _observe.execute(self._backend, w.work_id,
                                self._controller(w.kind).stamp(L.MarkUnknown(
-                                   attempt=att.number, at=self.clock(), signs=att.signs,
+                                   attempt=att.number, at=self.clock(),
+                                   signs=att.signs if cas else None,
                                    waiting=att.state is AttemptState.WAITING)))
 
     async def _judge(self, w: _Work, st: WorkState, ctl: Controller) -> bool:
