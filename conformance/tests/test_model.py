@@ -143,20 +143,25 @@ class LedgerAgainstModel(RuleBasedStateMachine):
 
     @rule(data=st.data(), step=st.sampled_from(["s1", "s2"]),
           source=st.sampled_from(["named-b", "named-c", "named-a", "text-b", "text-c",
-                                  "text-z", "text-z-external"]))
-    def record(self, data: st.DataObject, step: str, source: str) -> None:
+                                  "text-z", "text-z-external"]),
+          rid_kind=st.sampled_from(["derived"] * 6 + ["chosen", "other-step"]),
+          value=st.sampled_from(["first"] * 3 + ["second"]))
+    def record(self, data: st.DataObject, step: str, source: str, rid_kind: str,
+               value: str) -> None:
         number, tok, secret = self._writer(data)
         name, content, *ext = source.split("-")
         name = step if name == "named" else "text"
         sources = {name: content_hash(TEXT.get(content, "zzz"))}
         external = (name,) if ext else ()
         key = input_key(step, sources)
-        rid = L.result_id("w", step, key, number)
-        w = L.StepWrite(step=step, sources=sources, input_key=key, result={"r": rid[:6]},
+        rid = {"derived": L.result_id("w", step, key, number), "chosen": "x",
+               "other-step": L.result_id("w", "s3", key, number)}[rid_kind]
+        w = L.StepWrite(step=step, sources=sources, input_key=key, result={"r": value},
                         result_id=rid, external=external)
         self.both(L.RecordSteps(attempt=number, token=tok, secret=secret, entries=(w,), at=1),
                   "record", attempt=number, token=tok, secret=secret, step=step,
-                  sources=sources, external=external, rid=rid)
+                  sources=sources, external=external, rid=rid,
+                  chosen_id=rid_kind != "derived", value=value)
 
     @precondition(lambda self: len(self.state.journal) > 0)
     @rule(data=st.data(), lie=st.booleans())
@@ -224,12 +229,12 @@ class LedgerAgainstModel(RuleBasedStateMachine):
         sources = {step: v.parts[step]}
         key = input_key(step, sources)
         rid = L.result_id("w", step, key, cur.number)
-        w = L.StepWrite(step=step, sources=sources, input_key=key, result={"r": rid[:6]},
+        w = L.StepWrite(step=step, sources=sources, input_key=key, result={"r": "first"},
                         result_id=rid)
         self.both(L.RecordSteps(attempt=cur.number, token=cur.token, secret=_secret(cur.number),
                                 entries=(w,), at=1),
                   "record", attempt=cur.number, token=cur.token, secret=_secret(cur.number),
-                  step=step, sources=sources, external=(), rid=rid)
+                  step=step, sources=sources, external=(), rid=rid, value="first")
 
     @precondition(lambda self: len(self.state.journal) > 0 and len(self.state.attempts) > 0)
     @rule()

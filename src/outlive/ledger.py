@@ -361,7 +361,26 @@ def result_id(work_id: str, step: str, key: str, attempt: int) -> str:
     on every backend and under any namespace.
     """
     del work_id
-    return _result_hash(step, key, attempt)
+    rid = _result_hash(step, key, attempt)
+    if type(step) is str and type(key) is str and type(attempt) is int:
+        if len(_RESULT_IDS) >= _KEY_HASHES_MAX:
+            _RESULT_IDS.clear()
+        _RESULT_IDS[rid] = (step, key, attempt)
+    return rid
+
+
+#: :func:`result_id`'s answers lately given, by id: the ledger checks each step write's id
+#: against its step, input key and attempt, and the writer derived it just before (one look-up
+#: instead of a second hash). Cleared when full.
+_RESULT_IDS: dict[str, tuple[str, str, int]] = {}
+
+
+def _derived_id(rid: str, step: str, key: str, attempt: int) -> bool:
+    """Whether ``rid`` is :func:`result_id` of this step, key and attempt."""
+    known = _RESULT_IDS.get(rid)
+    if known is not None and known[0] == step and known[1] == key and known[2] == attempt:
+        return True
+    return _result_hash(step, key, attempt) == rid
 
 
 def candidate_digest(work_id: str, version: str | None, parts: tuple[Part, ...], content: Any) -> str:
@@ -772,6 +791,11 @@ def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
             f"step {w.step!r}: its input key is not the hash of its declared inputs",
             step=w.step,
         )
+    if not _derived_id(w.result_id, w.step, w.input_key, att.number):
+        raise E.InvalidRecord(
+            f"step {w.step!r}: its result id is not the one the store derives from the work's "
+            f"step, input key and attempt #{att.number} (ledger.result_id): ids are never the "
+            "writer's to choose", field="result_id", step=w.step)
     for name in w.external:
         if name not in w.sources:
             raise E.InvalidRecord(f"step {w.step!r} declares {name!r} external but does not read it",
@@ -797,8 +821,17 @@ def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
     added = 0
     for w in writes:
         _check_sources(state, att, w)
-        if any(e.result_id == w.result_id for e in journal):
-            continue  # a retried write: already journaled
+        same = next((e for e in journal if e.result_id == w.result_id), None)
+        if same is not None:
+            if same.step != w.step or same.attempt != att.number or (
+                    state.policy.pins and same.input_key != w.input_key) \
+                    or canonical(same.result) != canonical(w.result):
+                raise E.ResultConflict(
+                    f"step {w.step!r}: result id {w.result_id[:8]} is journaled already for "
+                    f"step {same.step!r} of attempt #{same.attempt} with another value; an "
+                    "entry is never merged or replaced", step=w.step, result_id=w.result_id,
+                    journaled=same.step)
+            continue  # a retried write: already journaled, the same
         seq += 1
         added += 1
         journal.append(
@@ -1124,6 +1157,10 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
         for name in external:
             if name not in sources:
                 return None
+        known_id = _RESULT_IDS.get(rid)     # _derived_id
+        if (known_id is None or known_id[0] != step or known_id[1] != w.input_key
+                or known_id[2] != number) and _result_hash(step, w.input_key, number) != rid:
+            return None
         text = _text_of(result)         # _size: a character is at most four bytes
         if len(text) > _MAX_CHARS and (len(text) if text.isascii()
                                         else len(text.encode("utf-8"))) > MAX_PAYLOAD_BYTES:

@@ -15,10 +15,11 @@ import pytest
 
 from outlive import Backend, Contract
 from outlive import ledger as L
-from outlive.errors import ContractFailed, NotController
+from outlive.errors import ContractFailed, InvalidRecord, NotController, ResultConflict
+from outlive.hashing import content_hash, input_key
 from outlive.rules import StrictCurrent, dependable
 
-from .testing import FORM, V1, open_work
+from .testing import FORM, V1, OpenedWork, open_work
 
 __all__ = ["HostileCallerContract"]
 
@@ -64,3 +65,34 @@ class HostileCallerContract:
         assert st is not None
         assert [(r.digest, r.contract, r.reason) for r in st.refusals] == \
             [(cand.digest, FORM, "too short")]
+
+    # -- result ids come from the store ------------------------------------------------------
+    async def test_a_result_id_chosen_by_the_writer_is_refused(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        await w.steps({"s1": V1["s1"]})
+        s1 = w.worker.steps["s1"].result_id
+        before = await outlive_backend.load(w.work_id)
+        for rid in ("x", s1):     # a label; the id of another step's entry
+            with pytest.raises(InvalidRecord):
+                await outlive_backend.execute(w.work_id, _write(w, "s2", V1["s2"], rid, "4.1"))
+        await _unchanged(outlive_backend, w.work_id, before)
+
+    async def test_a_second_value_under_a_journaled_id_is_refused_never_merged(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        await w.steps({"s2": V1["s2"]})
+        entry = w.worker.steps["s2"]
+        before = await outlive_backend.load(w.work_id)
+        with pytest.raises(ResultConflict):
+            await outlive_backend.execute(w.work_id, _write(w, "s2", V1["s2"], entry.result_id,
+                                                            {"summary": "forged"}))
+        await _unchanged(outlive_backend, w.work_id, before)
+
+
+def _write(w: OpenedWork, step: str, text: str, rid: str, result: Any) -> L.RecordSteps:
+    sources = {step: content_hash(text)}
+    return L.RecordSteps(attempt=w.attempt.number, token=w.attempt.token, secret=w.attempt.secret,
+                         at=1, entries=(L.StepWrite(step=step, sources=sources,
+                                                    input_key=input_key(step, sources),
+                                                    result=result, result_id=rid),))

@@ -73,6 +73,8 @@ class Model:
     #: result id -> (step, input key, sources, external, attempt)
     journal: dict[str, tuple[str, str, dict[str, str], tuple[str, ...], int]] = \
         field(default_factory=dict)
+    #: result id -> the value journaled under it
+    values: dict[str, str] = field(default_factory=dict)
     #: digest -> list of (attempt, token, version) submissions (a successor may resubmit)
     candidates: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
     #: (digest, contract) -> version accepted for
@@ -211,12 +213,19 @@ class Model:
                 raise Refused("UndeclaredInput")
 
     def record(self, attempt: int, token: int, secret: str | None, step: str,
-               sources: dict[str, str], external: tuple[str, ...], rid: str) -> None:
+               sources: dict[str, str], external: tuple[str, ...], rid: str,
+               chosen_id: bool = False, value: str = "") -> None:
         a = self._owner(attempt, token, secret)
         key = _h({"step": step, "sources": dict(sorted(sources.items()))})
+        if chosen_id:                # a result's id is the store's, derived; never the writer's
+            raise Refused("InvalidRecord")
         self._fits(a.version, sources, external)
-        if rid not in self.journal:
+        if rid in self.journal:
+            if self.values.get(rid, value) != value:
+                raise Refused("ResultConflict")   # one id, one value: never merged
+        else:
             self.journal[rid] = (step, key, dict(sources), external, a.number)
+            self.values[rid] = value
         self._sign_of_life(a)
 
     def submit(self, attempt: int, token: int, secret: str | None, digest: str,
