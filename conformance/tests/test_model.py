@@ -18,6 +18,7 @@ from outlive import errors as E
 from outlive import ledger as L
 from outlive.hashing import content_hash, input_key
 from outlive.records import Contract, Part, WorkState
+from outlive.rules import StrictCurrent, dependable
 from outlive_conformance.model import Model
 
 TEXT = {"a": "Intro.", "b": "Revenue was 4.1 million.", "c": "Revenue was 4.7 million."}
@@ -290,6 +291,12 @@ class LedgerAgainstModel(RuleBasedStateMachine):
         assert self.last is not None
         cmd, name, args = self.last
         self.both(cmd, name, **args)
+
+    @invariant()
+    def a_consumer_relies_only_on_its_own_contract(self) -> None:
+        for name, contract in CONTRACTS.items():
+            got = dependable(self.state, StrictCurrent(contract=contract))
+            assert (got.digest if got else None) == self.model.dependable(name), name
 
     @invariant()
     def the_epoch_is_the_newest_token(self) -> None:

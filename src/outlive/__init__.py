@@ -35,7 +35,14 @@ from .records import (
     Receipt,
     WorkState,
 )
-from .rules import Dependable, LatestAccepted, LatestFinished, PinnedVersion, StrictCurrent
+from .rules import (
+    Dependable,
+    LatestAccepted,
+    LatestFinished,
+    PinnedVersion,
+    Requires,
+    StrictCurrent,
+)
 from .runtime import Kind, NonRetryable, RetryPolicy, Runtime, WorkHandle, WorkStatus
 from .supervisor import (
     Assignment,
@@ -90,6 +97,7 @@ __all__ = [
     "PinnedVersion",
     "Policy",
     "Receipt",
+    "Requires",
     "SqliteReceiver",
     "StepCall",
     "StrictCurrent",

@@ -138,7 +138,9 @@ class Kind:
             raise ConfigError("concurrency must be >= 1 or None", field="concurrency")
 
     def is_complete(self, state: WorkState) -> bool:
-        return (self.complete or finished_work)(state)
+        if self.complete is not None:
+            return self.complete(state)
+        return finished_work(state, self.contract)   # completion requires the kind's contract
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,16 +155,17 @@ class WorkStatus:
     last_error: AttemptError | None
 
 
-def finished_work(state: WorkState) -> bool:
+def finished_work(state: WorkState, contract: Contract | None = None) -> bool:
     """Done: the current version's result is accepted, no effect intent is open, and an attempt
-    pinned to that version ran to its end.
+    pinned to that version ran to its end. With ``contract`` (the kind's), only an acceptance
+    under it counts.
 
     The last clause is what an acceptance alone cannot say: an attempt that died between its
     acceptance and its announcement left no intent yet, so only its finish shows that every
     effect it owed was sent; without it a successor runs, restores every step, finds its
     candidate already accepted and sends what is missing.
     """
-    if not work_complete(state):
+    if not work_complete(state, contract):
         return False
     return any(a.state is AttemptState.FINISHED
                and (a.pinned_version == state.current_version or not state.policy.pins)

@@ -180,7 +180,9 @@ class WorkDefinition:
     complete: Callable[[WorkState], bool] | None = None
 
     def is_complete(self, state: WorkState) -> bool:
-        return (self.complete or work_complete)(state)
+        if self.complete is not None:
+            return self.complete(state)
+        return work_complete(state, self.contract)
 
     @property
     def attempt_ref(self) -> str:
@@ -451,9 +453,12 @@ class TaskDispatcher(Dispatcher):
 
 
 # -- the supervisor ------------------------------------------------------------------------------
-def work_complete(state: WorkState) -> bool:
-    """Done: the current version has an accepted result and no effect intent is open."""
+def work_complete(state: WorkState, contract: Contract | None = None) -> bool:
+    """Done: the current version has an accepted result (under ``contract``, when given: the
+    kind's contract) and no effect intent is open."""
     acc = state.latest_acceptance
+    if contract is not None:
+        acc = next((a for a in reversed(state.acceptances) if a.contract == contract), None)
     if acc is None:
         return False
     if state.policy.pins and acc.version != state.current_version:

@@ -460,7 +460,8 @@ class _Run:
         poster's open intent still needs a successor, as in the article's t13) and the accepted
         digest announced."""
         acc = st.latest_acceptance
-        return work_complete(st) and acc is not None and self.announced(st, acc.digest)
+        return work_complete(st, self.contract) and acc is not None \
+            and self.announced(st, acc.digest)
 
     def assessor(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
         """Completeness and form only; it does not re-derive figures (as the article says)."""

@@ -66,6 +66,17 @@ class HostileCallerContract:
         assert [(r.digest, r.contract, r.reason) for r in st.refusals] == \
             [(cand.digest, FORM, "too short")]
 
+    async def test_an_acceptance_under_another_contract_is_not_dependable(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        await w.steps(V1)
+        cand = await w.worker.candidate({"sections": 2})
+        await w.ctl.assess(w.work_id, cand.digest, MYSELF, lambda c, v: (True, "ok"))
+        st = await outlive_backend.load(w.work_id)
+        assert st is not None and dependable(st, StrictCurrent(contract=FORM)) is None
+        got = dependable(st, StrictCurrent(contract=MYSELF))
+        assert got is not None and got.digest == cand.digest
+
     # -- result ids come from the store ------------------------------------------------------
     async def test_a_result_id_chosen_by_the_writer_is_refused(
             self, outlive_backend: Backend) -> None:

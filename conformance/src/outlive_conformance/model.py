@@ -269,6 +269,14 @@ class Model:
             return
         self.accepted[(digest, contract)] = version
 
+    def dependable(self, contract: str) -> str | None:
+        """What a strict consumer that requires ``contract`` may rely on: the newest digest
+        accepted under that contract for the current version (another contract's does not do)."""
+        for (digest, judged_under), version in reversed(self.accepted.items()):
+            if judged_under == contract and version == self.current:
+                return digest
+        return None
+
     def intend(self, attempt: int, token: int, secret: str | None, op: str, payload: str) -> None:
         a = self._owner(attempt, token, secret)
         old = self.effects.get(op)
