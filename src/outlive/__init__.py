@@ -54,7 +54,7 @@ from .supervisor import (
     TaskDispatcher,
     WorkDefinition,
 )
-from .worker import KEEP, External, Worker
+from .worker import KEEP, External, ResultOf, Worker
 
 __version__ = "0.1.0"
 
@@ -98,6 +98,7 @@ __all__ = [
     "Policy",
     "Receipt",
     "Requires",
+    "ResultOf",
     "SqliteReceiver",
     "StepCall",
     "StrictCurrent",

@@ -215,6 +215,9 @@ class StepWrite:
     result_id: str
     #: Input names the caller declared external: not parts of the input version.
     external: tuple[str, ...] = ()
+    #: Input names that are other steps' results: each one's source is that journal entry's
+    #: result id (checked against the journal; its provenance becomes this step's).
+    derived: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -454,12 +457,18 @@ def reads(state: WorkState | None, cmd: Command | Checked) -> frozenset[str]:
         check_command(cmd)   # a malformed command is typed here too, before a store looks it up
     if isinstance(cmd, RecordSteps):
         entries = cmd.entries
-        if len(entries) == 1:       # a step's write: no generator
+        if len(entries) == 1 and not entries[0].derived:    # a step's write: no generator
             return frozenset((entries[0].result_id,))
-        return frozenset([w.result_id for w in entries])
+        return frozenset([*(w.result_id for w in entries), *_sources_read(entries)])
     if isinstance(cmd, SubmitCandidate):
-        return frozenset([*(w.result_id for w in cmd.flush), *(p.result_id for p in cmd.parts)])
+        return frozenset([*(w.result_id for w in cmd.flush), *_sources_read(cmd.flush),
+                          *(p.result_id for p in cmd.parts)])
     return frozenset()
+
+
+def _sources_read(writes: tuple[StepWrite, ...]) -> list[str]:
+    """The result ids derived steps name as their sources (entries :func:`apply` reads)."""
+    return [w.sources[n] for w in writes for n in w.derived if n in w.sources]
 
 
 def check_command(cmd: Any) -> None:
@@ -783,7 +792,47 @@ def _check_against(state: WorkState, v: InputVersion, step: str, sources: dict[s
         )
 
 
-def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
+def _roots(x: JournalEntry | Part) -> dict[str, str]:
+    """What ``x``'s provenance chains back to: its part (and content-named) inputs, and for a
+    derived step, those of its sources, recorded with it."""
+    if x.roots is not None:
+        return x.roots
+    external = x.external
+    return {k: h for k, h in x.sources.items() if k not in external} if external else x.sources
+
+
+def _chain(state: WorkState, journal: list[JournalEntry] | tuple[JournalEntry, ...],
+           w: StepWrite) -> dict[str, str]:
+    """A derived step's roots: its own part inputs and every source entry's roots, merged.
+
+    Each derived input names a journal entry by its result id (else ``InvalidRecord``); two
+    sources that chain back to one input name with different hashes mix versions
+    (``VersionMismatch``).
+    """
+    skip = (*w.external, *w.derived)
+    roots = {k: h for k, h in w.sources.items() if k not in skip}
+    for name in w.derived:
+        if name not in w.sources or name in w.external:
+            raise E.InvalidRecord(f"step {w.step!r} declares {name!r} another step's result but "
+                                  "does not read it as one", field="derived", step=w.step)
+        rid = w.sources[name]
+        src = next((e for e in journal if e.result_id == rid), None)
+        if src is None:
+            raise E.InvalidRecord(
+                f"step {w.step!r} reads {name!r} as the result {rid[:8]}, which is not journaled "
+                "(a derived input names a journal entry by its result id)",
+                field="sources", step=w.step, input=name)
+        for k, h in _roots(src).items():
+            if roots.setdefault(k, h) != h:
+                raise E.VersionMismatch(
+                    f"step {w.step!r}: its sources chain back to two values of {k!r} (they "
+                    "were computed from different versions)", step=w.step, part=k)
+    return roots
+
+
+def _check_sources(state: WorkState, att: Attempt, w: StepWrite,
+                   journal: list[JournalEntry] | tuple[JournalEntry, ...] = ()) -> dict[str, str] | None:
+    """Check one step write; for a derived step under pins, return its roots."""
     if not w.step or not isinstance(w.step, str):
         raise E.InvalidRecord("a step needs a non-empty name", field="step")
     if input_key(w.step, w.sources) != w.input_key:
@@ -791,16 +840,12 @@ def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
             f"step {w.step!r}: its input key is not the hash of its declared inputs",
             step=w.step,
         )
-    if not _derived_id(w.result_id, w.step, w.input_key, att.number):
-        raise E.InvalidRecord(
-            f"step {w.step!r}: its result id is not the one the store derives from the work's "
-            f"step, input key and attempt #{att.number} (ledger.result_id): ids are never the "
-            "writer's to choose", field="result_id", step=w.step)
     for name in w.external:
         if name not in w.sources:
             raise E.InvalidRecord(f"step {w.step!r} declares {name!r} external but does not read it",
                                   field="external", step=w.step)
     _size(w.result, "result of step {!r}", w.step)
+    roots = _chain(state, journal, w) if w.derived and state.policy.pins else None
     if state.policy.pins and att.pinned_version is not None:
         v = state.version(att.pinned_version)
         if v is None:
@@ -811,7 +856,16 @@ def _check_sources(state: WorkState, att: Attempt, w: StepWrite) -> None:
                 raise E.InvalidRecord(
                     f"step {w.step!r} declares {name!r} external, but it is a part of version "
                     f"{v.version}", field="external", step=w.step)
-        _check_against(state, v, w.step, w.sources, w.external, f"step {w.step!r}")
+        if roots is None:
+            _check_against(state, v, w.step, w.sources, w.external, f"step {w.step!r}")
+        else:
+            _check_against(state, v, w.step, roots, (), f"step {w.step!r}")
+    if not _derived_id(w.result_id, w.step, w.input_key, att.number):
+        raise E.InvalidRecord(
+            f"step {w.step!r}: its result id is not the one the store derives from the work's "
+            f"step, input key and attempt #{att.number} (ledger.result_id): ids are never the "
+            "writer's to choose", field="result_id", step=w.step)
+    return roots
 
 
 def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
@@ -820,7 +874,7 @@ def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
     seq = state.seq
     added = 0
     for w in writes:
-        _check_sources(state, att, w)
+        roots = _check_sources(state, att, w, journal)
         same = next((e for e in journal if e.result_id == w.result_id), None)
         if same is not None:
             if same.step != w.step or same.attempt != att.number or (
@@ -842,6 +896,7 @@ def _journal(state: WorkState, att: Attempt, token: int, stale: bool,
                 result=w.result, result_id=w.result_id, attempt=att.number, token=token,
                 seq=seq, stale=stale,
                 external=tuple(w.external) if state.policy.pins else (),
+                derived=tuple(w.derived) if state.policy.pins else (), roots=roots,
             )
         )
     return tuple(journal), seq, added
@@ -1148,7 +1203,7 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
     ids: set[str] | None = set() if len(entries) > 8 else None
     for w in entries:
         step, sources, external, result, rid = w.step, w.sources, w.external, w.result, w.result_id
-        if not step:
+        if not step or w.derived:
             return None
         known = _KEYED.get(w.input_key)    # computed from exactly these (exact str) inputs?
         if (known is None or known[0] != step or known[1] != tuple(sources.items())) \
@@ -1192,7 +1247,8 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
         fields = {"step": step, "input_key": w.input_key if pins else None,
                   "sources": sources if pins else {},     # the command is a copy
                   "result": result, "result_id": rid, "attempt": att.number, "token": token,
-                  "seq": seq, "stale": False, "external": tuple(external) if pins else ()}
+                  "seq": seq, "stale": False, "external": tuple(external) if pins else (),
+                  "derived": (), "roots": None}
         entry = _NEW(JournalEntry)
         _SET(entry, "__dict__", fields)
         added.append(entry)
@@ -1285,7 +1341,7 @@ def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: t
             raise E.InvalidRecord(f"part {p.step!r} names a result that is not journaled",
                                   field="parts", step=p.step)
         if not state.policy.pins:
-            out.append(evolve(p, input_key=None, sources={}, external=()))
+            out.append(evolve(p, input_key=None, sources={}, external=(), derived=(), roots=None))
             continue
         if (e.step, e.input_key, e.sources) != (p.step, p.input_key, p.sources):
             raise E.VersionMismatch(
@@ -1297,9 +1353,10 @@ def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: t
         if v is None:
             raise E.VersionMismatch(f"the candidate names no published version ({version!r})",
                                     version=version)
-        _check_against(state, v, e.step, e.sources, e.external, f"part {p.step!r}")
+        _check_against(state, v, e.step, _roots(e), (), f"part {p.step!r}")
         out.append(Part(step=e.step, input_key=e.input_key, sources=dict(e.sources),
-                        result_id=e.result_id, external=e.external))
+                        result_id=e.result_id, external=e.external, derived=e.derived,
+                        roots=dict(e.roots) if e.roots is not None else None))
     return tuple(out)
 
 
@@ -1367,7 +1424,7 @@ def check_acceptable(state: WorkState, digest: str, contract: Contract | None = 
             raise E.VersionMismatch(f"candidate {cand.digest[:8]} names no published version",
                                     digest=cand.digest)
         for p in cand.parts:
-            _check_against(state, v, p.step, p.sources, p.external,
+            _check_against(state, v, p.step, _roots(p), (),
                            f"part {p.step!r} of {cand.digest[:8]}")
     return cand
 

@@ -151,6 +151,12 @@ class JournalEntry:
     stale: bool = False
     #: Input names declared external (not parts of the input version) by the step's caller.
     external: tuple[str, ...] = ()
+    #: Input names that are other steps' results: their source is that entry's result id.
+    derived: tuple[str, ...] = ()
+    #: For a derived step: the version parts its provenance chains back to (input name -> part
+    #: hash, through every source), checked against a version in place of the sources. None for
+    #: a step that reads only parts and external inputs (its roots are its sources).
+    roots: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +169,9 @@ class Part:
     result_id: str
     #: Input names declared external by the step (not parts of the input version).
     external: tuple[str, ...] = ()
+    #: As :attr:`JournalEntry.derived` and :attr:`JournalEntry.roots`, copied from the journal.
+    derived: tuple[str, ...] = ()
+    roots: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,7 +43,7 @@ from .records import (
     WorkState,
 )
 
-__all__ = ["KEEP", "External", "Persist", "Sender", "StepRecord", "Worker"]
+__all__ = ["KEEP", "External", "Persist", "ResultOf", "Sender", "StepRecord", "Worker"]
 
 Persist = Literal["step", "end"]
 #: ``send(key, payload) -> Receipt``: deliver ``payload`` under ``key`` and return the receiver's
@@ -74,6 +74,18 @@ class External:
     """
 
     value: Any
+
+
+@dataclass(frozen=True)
+class ResultOf:
+    """Wrap a step input that is another step's result: ``summaries=ResultOf("s2")``.
+
+    The body receives that step's result (as journaled); the ledger records the input as the
+    result's id, checked against the journal, so the step's provenance chains back through it
+    to the version's parts, and a change to the source (a new result id) redoes this step.
+    """
+
+    step: str
 
 
 def _unwrap(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -114,11 +126,11 @@ class _Prepared:
     Built once per step and never handed out: a plain class with slots, cheaper to build than a
     frozen dataclass."""
 
-    __slots__ = ("body", "call", "external", "key", "name", "rid", "sources", "worker")
+    __slots__ = ("body", "call", "derived", "external", "key", "name", "rid", "sources", "worker")
 
     def __init__(self, worker: Worker, name: str, sources: dict[str, str], key: str, rid: str,
                  call: StepCall, body: Callable[[], Awaitable[Any]],
-                 external: tuple[str, ...] = ()) -> None:
+                 external: tuple[str, ...] = (), derived: tuple[str, ...] = ()) -> None:
         self.worker = worker
         self.name = name
         self.sources = sources
@@ -127,8 +139,13 @@ class _Prepared:
         self.call = call
         self.body = body
         self.external = external
+        self.derived = derived
 
     def write(self, result: Any) -> L.StepWrite:
+        if self.derived:
+            return _STEP_WRITE(step=self.name, sources=self.sources, input_key=self.key,
+                               result=result, result_id=self.rid, external=self.external,
+                               derived=self.derived)
         return _STEP_WRITE(step=self.name, sources=self.sources, input_key=self.key,
                            result=result, result_id=self.rid, external=self.external)
 
@@ -280,7 +297,17 @@ class Worker:
     def _prepare(self, name: str, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> _Prepared:
         ins, external = _unwrap(inputs)
         sources = {}
+        derived: list[str] = []
         for k, v in ins.items():
+            if type(v) is ResultOf:
+                done = self.steps.get(v.step)
+                if done is None:
+                    raise InvalidRecord(f"step {name!r}: {k}=ResultOf({v.step!r}) names a step "
+                                        "this attempt has not run or restored", field=k)
+                sources[k] = done.result_id
+                ins[k] = clone(self._results[v.step])
+                derived.append(k)
+                continue
             sources[k] = content_hash(v)
         key = input_key(name, sources)
         att = self.attempt
@@ -301,10 +328,12 @@ class Worker:
 
         call = StepCall(work_id=att.work_id, attempt=att.number, token=att.token,
                         step=name, input_key=key, persist=self.persist)
-        return _Prepared(self, name, sources, key, rid, call, body, external)
+        return _Prepared(self, name, sources, key, rid, call, body, external, tuple(derived))
 
     def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool) -> None:
-        self._results[p.name] = result
+        # a copy of a result just run: the caller holds the one returned and may change it; what
+        # this attempt submits or hands to a derived step is what was journaled
+        self._results[p.name] = result if restored else clone(result)
         self._parts[p.name] = (p.key, p.sources, result_id, p.external)
         self.steps[p.name] = _STEP_RECORD(step=p.name, input_key=p.key, result_id=result_id,
                                           restored=restored)
@@ -336,7 +365,7 @@ class Worker:
             callable_argument(fn, "fn", "Worker.step")
         p = self._prepare(name, fn, inputs)
         if self._restore(p):
-            return self._results[name]
+            return clone(self._results[name])
         if self.persist == "step":
             result, _ = await _observe.run_and_record(self.backend, p.call, p.body, p.record)
         else:
@@ -383,10 +412,11 @@ class Worker:
         order = [n for n in self.steps if n not in set(names)] + names
         self.steps = {n: self.steps[n] for n in order}       # plan order, as step() would give
         self._parts = {n: self._parts[n] for n in order}
-        return [self._results[n] for n in names]
+        return [clone(self._results[n]) for n in names]
 
     def result(self, name: str) -> Any:
-        return self._results[name]
+        """The result of step ``name`` as journaled (a copy: changing it changes nothing)."""
+        return clone(self._results[name])
 
     async def heartbeat(self) -> bool:
         """Send a sign of life; True only if this attempt still holds the work.

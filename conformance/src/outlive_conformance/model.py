@@ -217,9 +217,9 @@ class Model:
                chosen_id: bool = False, value: str = "") -> None:
         a = self._owner(attempt, token, secret)
         key = _h({"step": step, "sources": dict(sorted(sources.items()))})
+        self._fits(a.version, sources, external)
         if chosen_id:                # a result's id is the store's, derived; never the writer's
             raise Refused("InvalidRecord")
-        self._fits(a.version, sources, external)
         if rid in self.journal:
             if self.values.get(rid, value) != value:
                 raise Refused("ResultConflict")   # one id, one value: never merged
