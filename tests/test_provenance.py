@@ -141,3 +141,56 @@ async def test_a_derived_step_in_an_end_of_attempt_flush_finds_its_source_in_the
     st = await ctl.state("w")
     assert [e.step for e in st.journal] == ["s1", "s2", "headline"]
     assert cand.parts[-1].derived == ("s1", "s2")
+
+
+# -- the candidate's content is bound (item 3) ---------------------------------------------------
+async def bound(b: outlive.Backend, policy: outlive.Policy) -> tuple[Controller, Worker]:
+    ctl = Controller(b, clock=lambda: 0, credential="ctl")
+    await ctl.open_work("w", policy)
+    await ctl.publish("w", "v1", V1)
+    await ctl.publish("w", "v2", V2)
+    w = Worker(b, await ctl.admit("w"), V2, clock=lambda: 0)
+    await w.start()
+    for k, v in V2.items():
+        await w.step(k, summ, **{k: v})
+    return ctl, w
+
+
+def assemble(s1: dict[str, str], s2: dict[str, str]) -> dict[str, str]:
+    return {"digest": f"{s1['summary']} {s2['summary']}"}
+
+
+async def test_honest_parts_with_content_quoting_the_old_version_are_refused(
+        backend: outlive.Backend) -> None:
+    _ctl, w = await bound(backend, outlive.Policy(assembly="digest"))
+    made = await w.step("digest", assemble, s1=ResultOf("s1"), s2=ResultOf("s2"))
+    before = await backend.load("w")
+    lie = {"digest": "Intro. Revenue was 4.1 million."}        # v1's figure under v2's parts
+    with pytest.raises(E.InvalidRecord, match="content"):
+        await w.candidate(lie)
+    assert await backend.load("w") == before
+    cand = await w.candidate(made)
+    assert cand.content == {"digest": "Intro. Revenue was 4.7 million."}
+    with pytest.raises(E.InvalidRecord, match="assembly step"):
+        await w.candidate(made, ["s1", "s2"])
+
+
+async def test_content_assembled_from_the_parts_is_checked_against_their_results(
+        backend: outlive.Backend) -> None:
+    _ctl, w = await bound(backend, outlive.Policy(assembly=L.ASSEMBLE_PARTS))
+    with pytest.raises(E.InvalidRecord, match="content"):
+        await w.candidate({"s1": {"summary": "Intro."}, "s2": {"summary": "4.1"}})
+    cand = await w.candidate({"s1": w.result("s1"), "s2": w.result("s2")})
+    assert cand.content["s2"] == {"summary": V2["s2"]}
+
+
+async def test_a_part_named_twice_or_a_required_part_missing_is_refused(
+        backend: outlive.Backend) -> None:
+    _ctl, w = await bound(backend, outlive.Policy(required=("s1", "s2")))
+    before = await backend.load("w")
+    with pytest.raises(E.InvalidRecord, match="twice"):
+        await w.candidate({"n": 1}, ["s1", "s2", "s2"])
+    with pytest.raises(E.InvalidRecord, match="required"):
+        await w.candidate({"n": 1}, ["s1"])
+    assert await backend.load("w") == before
+    await w.candidate({"n": 2}, ["s1", "s2"])

@@ -50,6 +50,7 @@ __all__ = [
     "LEASED_STATES",
     "LIVE_STATES",
     "MAX_PAYLOAD_BYTES",
+    "ASSEMBLE_PARTS",
     "Accept",
     "Admit",
     "Checked",
@@ -1360,6 +1361,30 @@ def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: t
     return tuple(out)
 
 
+#: ``Policy.assembly`` for content that is ``{part step: journaled result}`` of the named parts.
+ASSEMBLE_PARTS = "*"
+
+
+def _check_content(assembly: str, journal: tuple[JournalEntry, ...], parts: tuple[Part, ...],
+                   content: Any) -> None:
+    """The candidate's content is what the journal says it is: the journaled result of the
+    assembly step, or (``"*"``) the named parts' journaled results by step. Else the content
+    could quote anything (another version's figure) under honest parts."""
+    results = {e.result_id: e.result for e in journal}
+    if assembly == ASSEMBLE_PARTS:
+        expect: Any = {p.step: results[p.result_id] for p in parts}
+        what = "the mapping of its parts' journaled results"
+    else:
+        part = next((p for p in parts if p.step == assembly), None)
+        if part is None:
+            raise E.InvalidRecord(f"the candidate does not name its assembly step {assembly!r}",
+                                  field="parts", step=assembly)
+        expect, what = results[part.result_id], f"the journaled result of step {assembly!r}"
+    if canonical(content) != canonical(expect):
+        raise E.InvalidRecord(f"the candidate's content is not {what}: content is bound to the "
+                              "journal", field="content")
+
+
 def _submit(state: WorkState, cmd: SubmitCandidate, now: int | None) -> tuple[WorkState, Outcome]:
     att, stale = _fence(state, cmd.attempt, cmd.token, cmd.secret)
     _size(cmd.content, "candidate content")
@@ -1370,8 +1395,19 @@ def _submit(state: WorkState, cmd: SubmitCandidate, now: int | None) -> tuple[Wo
     if expect != cmd.digest:
         raise E.InvalidRecord("the candidate's digest is not the hash of its parts and content",
                               field="digest")
+    names = [p.step for p in cmd.parts]
+    if len(set(names)) != len(names) or len({p.result_id for p in cmd.parts}) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1}) or names
+        raise E.InvalidRecord(f"the candidate names a part twice ({', '.join(twice)})",
+                              field="parts")
+    missing = [r for r in state.policy.required if r not in names]
+    if missing:
+        raise E.InvalidRecord(f"the candidate lacks the required parts {missing}",
+                              field="parts", missing=missing)
     journal, seq, added = _journal(state, att, cmd.token, stale, cmd.flush)
     parts = _checked_parts(state, journal, cmd.parts, version)
+    if state.policy.assembly is not None:
+        _check_content(state.policy.assembly, journal, parts, cmd.content)
     existing = state.candidate(cmd.digest)
     if existing is not None and (existing.attempt == att.number or stale
                                  or any(a.digest == cmd.digest for a in state.acceptances)):

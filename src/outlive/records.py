@@ -73,6 +73,13 @@ class Policy:
 
     fencing: bool = True
     pins: bool = True
+    #: Steps every candidate must name as parts (the kind's required parts): a candidate that
+    #: lacks one is refused mechanically, before any assessor.
+    required: tuple[str, ...] = ()
+    #: How a candidate's content is bound to the journal: the name of the assembly step whose
+    #: journaled result the content must be, or ``"*"`` for ``{part step: journaled result}``
+    #: of the named parts. None: the content is the worker's (its parts are checked, not it).
+    assembly: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from outlive import Backend, Contract
+from outlive import Backend, Contract, Policy
 from outlive import ledger as L
 from outlive.errors import ContractFailed, InvalidRecord, NotController, ResultConflict
 from outlive.hashing import content_hash, input_key
@@ -76,6 +76,24 @@ class HostileCallerContract:
         assert st is not None and dependable(st, StrictCurrent(contract=FORM)) is None
         got = dependable(st, StrictCurrent(contract=MYSELF))
         assert got is not None and got.digest == cand.digest
+
+    # -- the candidate's content is bound -----------------------------------------------------
+    async def test_content_quoting_anything_but_the_journal_is_refused(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend, policy=Policy(assembly=L.ASSEMBLE_PARTS,
+                                                           required=("s1", "s2")))
+        await w.steps(V1)
+        before = await outlive_backend.load(w.work_id)
+        with pytest.raises(InvalidRecord):        # honest parts, content of its own
+            await w.worker.candidate({"s1": {"summary": "Q3 overview."},
+                                      "s2": {"summary": "Revenue was 9.9 million"}})
+        with pytest.raises(InvalidRecord):        # a part named twice
+            await w.worker.candidate({"s1": w.worker.result("s1")}, ["s1", "s1"])
+        with pytest.raises(InvalidRecord):        # a required part missing
+            await w.worker.candidate({"s1": w.worker.result("s1")}, ["s1"])
+        await _unchanged(outlive_backend, w.work_id, before)
+        cand = await w.worker.candidate({n: w.worker.result(n) for n in ("s1", "s2")})
+        assert cand.content["s2"] == w.worker.result("s2")
 
     # -- result ids come from the store ------------------------------------------------------
     async def test_a_result_id_chosen_by_the_writer_is_refused(
