@@ -3,6 +3,7 @@ verdict recorded as the acceptance."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -101,3 +102,21 @@ def test_a_reply_that_is_no_verdict_accepts_nothing(reply: str, verdict: tuple[b
 def test_a_judge_without_a_version_is_refused() -> None:
     with pytest.raises(outlive.errors.ConfigError):
         Judge(name="editor", version="", ask=lambda p: "PASS", instructions="")
+
+
+async def test_an_agent_kind_with_its_judge_runs_under_the_runtime(tmp_path: Path) -> None:
+    """The same attempt function and judge as a kind of work of ``outlive.Runtime``."""
+    scene, judged = S.Scene(pause_attempt=None, die_after_post=None), []
+    judge = editor(judged)
+    kind = outlive.Kind(name="ticket-digest", attempt=scene_attempt(scene),
+                        contract=judge.contract("digest-posted", "1"), assessor=judge,
+                        inputs=S.inputs, lease=S.LEASE)
+    async with outlive.Runtime(f"sqlite:///{tmp_path / 'rt.db'}", kinds=[kind],
+                               discover=None) as rt:
+        handle = await rt.start(kind, S.WORK, "v1", S.V1)
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert done.acceptance.version == "v1"
+    assert done.acceptance.note == "judge:editor@2: quotes 4.1 million"
+    assert judged == ["v1"]
+    assert scene.model_calls == [(1, 0), (1, 1), (1, 2)]
+    assert scene.feed.posts == ["Q3 digest: revenue 4.1 million."]
