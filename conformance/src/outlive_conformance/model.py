@@ -14,8 +14,9 @@ work in plain mutable dictionaries and states each rule once, in the words the a
   of the attempt's pinned version carries that part's hash, any other input carries the content
   of one of its parts or is declared external (no third kind);
 * a candidate's parts are the journal's results, with the inputs the journal recorded; every
-  part must fit the candidate's version; a candidate is accepted only if it comes from the
-  current owner, was built for the current version, and the assessor said yes; a digest already
+  part must fit the candidate's version, and no part is named twice; a candidate is accepted
+  only if it comes from the current owner, was built for the current version, and the assessor
+  said yes; a digest already
   accepted under the contract is the same acceptance again; a no is a judgement recorded too,
   and a refused digest, or one from a stopped attempt, is never accepted afterwards;
 * an effect's intent is recorded before sending and keyed by operation; one key, one payload;
@@ -231,6 +232,9 @@ class Model:
     def submit(self, attempt: int, token: int, secret: str | None, digest: str,
                parts: list[tuple[str, str, dict[str, str], str]]) -> None:
         a = self._owner(attempt, token, secret)
+        steps = [step for step, _k, _s, _r in parts]
+        if len(set(steps)) != len(steps) or len({r for *_x, r in parts}) != len(parts):
+            raise Refused("InvalidRecord")     # a part named twice: refused mechanically
         for step, key, sources, rid in parts:
             entry = self.journal.get(rid)
             if entry is None:
