@@ -27,6 +27,9 @@ ROOT = HERE.parent
 def run(*args: str, cwd: Path | None = None, user: int | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
+    if user and env is None:
+        # another user keeps its controller key elsewhere than root's home
+        env = {**os.environ, "OUTLIVE_CONTROLLER_KEY": "a key of the other user's own"}
     return subprocess.run([*prefix, sys.executable, "-m", "outlive", *args], capture_output=True,
                           text=True, timeout=300, cwd=cwd, env=env)
 
