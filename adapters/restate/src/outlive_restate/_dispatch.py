@@ -15,10 +15,17 @@ delayed call to an object queues behind that object's running exclusive handler)
   with Restate's cancel, it is marked ``unknown`` (never failed), a successor is admitted with a
   larger token and its invocation sent to the same handler. An attempt that waits (on a
   person, an outside event) is not silent. A finished attempt ends the checks (its candidate
-  awaits judgement); a stopped one (its candidate was refused) is replaced like a silent one.
+  is judged: here when the work was started with a contract, else by the user's controller); a
+  stopped one (its candidate was refused) is replaced like a silent one.
   ``max_attempts`` caps the attempts: then the lease gives up, said in its state, never a
   silent loop. A step longer than the lease is not silence: the dispatched invocation renews
   the lease every third of it while a step runs (``x-outlive-renew``, :mod:`._engine`).
+* ``settle`` (a finished attempt's one-way send, when the work was started with a contract):
+  judges the candidate in this object — the mechanical checks, the assessor's verdict as a
+  journaled ``ctx.run``, ``Accept`` — replaces a refused attempt, and announces the accepted
+  result to a Restate handler keyed by operation. The controller's commands carry the
+  deployment's controller credential (never an argument of a ``ctx.run``). No controller
+  process is needed after ``start``.
 * ``cancel`` ends one attempt's invocation with Restate's cancel (a supervisor's ``stop``).
 * Every invocation carries the attempt in its headers and the idempotency key
   ``outlive:{work}#{attempt}``: a repeated dispatch of one attempt attaches to the same invocation.
