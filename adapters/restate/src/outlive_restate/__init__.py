@@ -7,7 +7,9 @@
   services and is registered once, as any Restate deployment; outlive registers nothing.
 * :meth:`RestateBackend.start_work` hands a work to Restate: its own delayed sends keep the lease,
   a silent attempt is cancelled with Restate's cancel, marked ``unknown`` and replaced.
-  :class:`RestateDispatcher` is the same for :class:`outlive.supervisor.Supervisor`.
+  :class:`RestateDispatcher` is the same for :class:`outlive.supervisor.Supervisor`. With
+  ``contract=`` (and ``assessor=``, ``announce=``) the lease also judges each finished attempt's
+  candidate and announces the accepted one, inside Restate: no controller process after the start.
 * The owner shape: :func:`keep_ledger` on the user's own Virtual Object keeps each work's ledger
   in the object keyed by the work id, so the attempt's exclusive handler holds the ledger's lock.
 * Effects: :func:`restate_sender` sends ``Worker.effect``'s operation key as Restate's own
