@@ -13,13 +13,22 @@ from typing import Any
 
 import pytest
 
-from outlive import Backend, Contract, Policy
+from outlive import Backend, Contract, MemoryReceiver, Policy, Receipt
 from outlive import ledger as L
-from outlive.errors import ContractFailed, InvalidRecord, NotController, ResultConflict
+from outlive.errors import (
+    ContractFailed,
+    EffectAmbiguous,
+    InputConflict,
+    InvalidRecord,
+    NotController,
+    ResultConflict,
+    WrongReceipt,
+)
 from outlive.hashing import content_hash, input_key
+from outlive.records import EffectState
 from outlive.rules import StrictCurrent, dependable
 
-from .testing import FORM, V1, OpenedWork, open_work
+from .testing import FORM, V1, V2, OpenedWork, open_work
 
 __all__ = ["HostileCallerContract"]
 
@@ -116,6 +125,74 @@ class HostileCallerContract:
         with pytest.raises(ResultConflict):
             await outlive_backend.execute(w.work_id, _write(w, "s2", V1["s2"], entry.result_id,
                                                             {"summary": "forged"}))
+        await _unchanged(outlive_backend, w.work_id, before)
+
+    # -- effects and values -------------------------------------------------------------------
+    async def test_a_receipt_for_another_key_confirms_nothing(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        op = f"announce:{w.work_id}"
+
+        def dropped(key: str | None, payload: Any) -> Receipt:
+            raise ConnectionResetError("no answer")
+
+        with pytest.raises(EffectAmbiguous):
+            await w.worker.effect(op, {"d": 1}, dropped)
+        before = await outlive_backend.load(w.work_id)
+        with pytest.raises(WrongReceipt):
+            await outlive_backend.execute(w.work_id, L.ConfirmEffect(
+                attempt=w.attempt.number, token=w.attempt.token, secret=w.attempt.secret,
+                op_key=op, at=1, receipt=Receipt(effect_id="P9", duplicate=False, key="other")))
+        await _unchanged(outlive_backend, w.work_id, before)
+
+    async def test_an_intent_without_its_payload_is_refused(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        before = await outlive_backend.load(w.work_id)
+        with pytest.raises(InvalidRecord):
+            await outlive_backend.execute(w.work_id, L.RecordIntent(
+                attempt=w.attempt.number, token=w.attempt.token, secret=w.attempt.secret,
+                op_key="op", payload_digest=content_hash({"d": 1}), sent_key="op", at=1))
+        await _unchanged(outlive_backend, w.work_id, before)
+
+    async def test_a_resend_answered_new_is_flagged_possibly_duplicated(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        op = f"announce:{w.work_id}"
+        first = MemoryReceiver()
+
+        def applied_then_lost(key: str | None, payload: Any) -> Receipt:
+            first.receive(key, payload, lambda p: "P1")
+            raise ConnectionResetError("the answer was lost")
+
+        with pytest.raises(EffectAmbiguous):
+            await w.worker.effect(op, {"d": 1}, applied_then_lost)
+        forgetful = MemoryReceiver()   # the receiver lost its keys
+        await w.worker.resend(op, lambda key, payload: forgetful.receive(key, payload,
+                                                                         lambda p: "P2"))
+        st = await outlive_backend.load(w.work_id)
+        assert st is not None
+        (eff,) = st.effects
+        assert eff.sends == 2 and eff.state is EffectState.POSSIBLY_DUPLICATED
+
+    async def test_floats_are_values_and_nan_is_refused(self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        scored = {"score": 0.93, "p": [0.25, 1e-9], "n": 3}
+        assert await w.worker.step("s1", lambda s1: scored, s1=V1["s1"]) == scored
+        st = await outlive_backend.load(w.work_id)
+        assert st is not None and st.journal[-1].result == scored
+        before = st
+        with pytest.raises(InvalidRecord):
+            await w.worker.step("s2", lambda s2: {"score": float("nan")}, s2=V1["s2"])
+        await _unchanged(outlive_backend, w.work_id, before)
+
+    async def test_an_older_version_cannot_be_published_again(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend)
+        await w.ctl.publish(w.work_id, "v2", V2)
+        before = await outlive_backend.load(w.work_id)
+        with pytest.raises(InputConflict):
+            await w.ctl.publish(w.work_id, "v1", V1)
         await _unchanged(outlive_backend, w.work_id, before)
 
 
