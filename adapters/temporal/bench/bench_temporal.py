@@ -175,6 +175,22 @@ async def run_bench(url: str, n: int) -> dict[str, Any]:
     }
 
 
+def rows(res: dict[str, Any]) -> list[str]:
+    """Each ratio against its target, so a regression shows in the output."""
+    out = []
+    for label, part in (("1 partition", res), ("4 partitions", res.get("default_partitions"))):
+        if not part:
+            continue
+        target = part["target_ratio"]
+        for name, key in (("Worker.run_steps (one update) / raw", "ratio_batch_vs_raw"),
+                          ("Worker.step (one update a step) / raw", "ratio_outlive_vs_raw")):
+            ratio = part[key]
+            verdict = "ok" if ratio <= target else "OVER TARGET"
+            out.append(f"client-driven {name}, {label}: {ratio:.2f}x   target <= "
+                       f"{target:.2f}x   {verdict}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python adapters/temporal/bench/bench_temporal.py")
     p.add_argument("--steps", type=int, default=200)
@@ -187,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         res["default_partitions"] = asyncio.run(run_bench(srv.url, args.steps))
     text = json.dumps(res, indent=2)
     print(text)
+    for row in rows(res):
+        print(row)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
