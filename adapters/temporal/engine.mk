@@ -19,8 +19,8 @@ bench-temporal: install
 	$(PY) adapters/temporal/bench/bench_temporal.py --out .bench/temporal.json
 	$(PY) adapters/temporal/bench/bench_engine.py --out .bench/temporal_engine.json
 
-# A 10,000-step work in one attempt inside the user's workflow, with bounded state (3-6 min; not
-# in `bench`). `make test` runs the same path on 400 steps under a 60 KB cap.
+# A 10,000-step work in one attempt inside the user's workflow, with bounded state (~16 min on 2
+# busy cores; not in `bench`). `make test` runs the same path on 400 steps under a 60 KB cap.
 bench-temporal-long: install
 	mkdir -p .bench
 	$(PY) adapters/temporal/bench/bench_long_work.py --out .bench/temporal_long.json
