@@ -238,6 +238,28 @@ class LedgerAgainstModel(RuleBasedStateMachine):
                   step=step, sources=sources, external=(), rid=rid, value="first")
 
     @precondition(lambda self: len(self.state.journal) > 0 and len(self.state.attempts) > 0)
+    @rule(data=st.data(), unknown=st.sampled_from([False] * 5 + [True]))
+    def derived_step(self, data: st.DataObject, unknown: bool) -> None:
+        """The current owner journals a step over other steps' results (a headline from the
+        summaries): its sources are result ids, its provenance the sources' roots."""
+        cur = self.state.attempts[-1]
+        picked = data.draw(st.lists(st.sampled_from(self.state.journal), min_size=1, max_size=2,
+                                    unique_by=lambda e: e.result_id), label="sources")
+        sources = {f"from{i}": e.result_id for i, e in enumerate(picked)}
+        if unknown:
+            sources["from0"] = "0" * 64
+        derived = tuple(sorted(sources))
+        key = input_key("h", sources)
+        rid = L.result_id("w", "h", key, cur.number)
+        w = L.StepWrite(step="h", sources=sources, input_key=key, result={"r": "first"},
+                        result_id=rid, derived=derived)
+        self.both(L.RecordSteps(attempt=cur.number, token=cur.token, secret=_secret(cur.number),
+                                entries=(w,), at=1),
+                  "record", attempt=cur.number, token=cur.token, secret=_secret(cur.number),
+                  step="h", sources=sources, external=(), rid=rid, value="first",
+                  derived=derived)
+
+    @precondition(lambda self: len(self.state.journal) > 0 and len(self.state.attempts) > 0)
     @rule()
     def honest_candidate(self) -> None:
         """The current owner submits what its version restores from the journal."""

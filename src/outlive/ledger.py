@@ -786,8 +786,9 @@ def _check_against(state: WorkState, v: InputVersion, step: str, sources: dict[s
         raise E.UndeclaredInput(
             f"{what} reads input {name!r}, which is neither a part of version {v.version} (no "
             f"part has that name or that content{elsewhere}) nor declared external. Pass the "
-            f"part itself (one of {shown}), or, if {name!r} is not input data (a setting, a "
-            f"label, another step's result), declare it external: {name}=outlive.External(value) "
+            f"part itself (one of {shown}); if it is another step's result, name that step: "
+            f"{name}=outlive.ResultOf(step) with Worker.step; if it is not input data (a "
+            f"setting, a label), declare it external: {name}=outlive.External(value) "
             f"with Worker.step, external=[{name!r}] with the engine adapters' steps and tasks",
             step=step, input=name, version=v.version,
         )

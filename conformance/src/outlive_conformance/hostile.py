@@ -86,6 +86,29 @@ class HostileCallerContract:
         got = dependable(st, StrictCurrent(contract=MYSELF))
         assert got is not None and got.digest == cand.digest
 
+    # -- provenance is a graph ----------------------------------------------------------------
+    async def test_a_derived_step_names_journaled_results_of_its_version(
+            self, outlive_backend: Backend) -> None:
+        w = await open_work(outlive_backend, versions={"v1": V1, "v2": V2})
+        await w.steps(V1)
+        before = await outlive_backend.load(w.work_id)
+        s2 = w.worker.steps["s2"].result_id
+        for src, error in (("0" * 64, InvalidRecord), (s2, None)):
+            sources = {"s2": src}
+            key = input_key("headline", sources)
+            cmd = L.RecordSteps(attempt=w.attempt.number, token=w.attempt.token,
+                                secret=w.attempt.secret, at=1, entries=(L.StepWrite(
+                                    step="headline", sources=sources, input_key=key, result="h",
+                                    result_id=L.result_id(w.work_id, "headline", key,
+                                                          w.attempt.number), derived=("s2",)),))
+            if error is not None:
+                with pytest.raises(error):
+                    await outlive_backend.execute(w.work_id, cmd)
+                await _unchanged(outlive_backend, w.work_id, before)
+            else:
+                out = await outlive_backend.execute(w.work_id, cmd)
+                assert out.record.roots == {"s2": content_hash(V1["s2"])}
+
     # -- the candidate's content is bound -----------------------------------------------------
     async def test_content_quoting_anything_but_the_journal_is_refused(
             self, outlive_backend: Backend) -> None:

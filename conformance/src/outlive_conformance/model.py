@@ -76,6 +76,8 @@ class Model:
         field(default_factory=dict)
     #: result id -> the value journaled under it
     values: dict[str, str] = field(default_factory=dict)
+    #: result id -> the version parts its provenance chains back to (input name -> hash)
+    roots: dict[str, dict[str, str]] = field(default_factory=dict)
     #: digest -> list of (attempt, token, version) submissions (a successor may resubmit)
     candidates: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
     #: (digest, contract) -> version accepted for
@@ -215,10 +217,22 @@ class Model:
 
     def record(self, attempt: int, token: int, secret: str | None, step: str,
                sources: dict[str, str], external: tuple[str, ...], rid: str,
-               chosen_id: bool = False, value: str = "") -> None:
+               chosen_id: bool = False, value: str = "", derived: tuple[str, ...] = ()) -> None:
         a = self._owner(attempt, token, secret)
         key = _h({"step": step, "sources": dict(sorted(sources.items()))})
-        self._fits(a.version, sources, external)
+        # provenance is a graph: an input may be another step's result, named by its id; the
+        # step's roots are its own part inputs and every source's roots, and those must fit
+        roots = {k: h for k, h in sources.items() if k not in external and k not in derived}
+        for name in derived:
+            if sources[name] not in self.journal:
+                raise Refused("InvalidRecord")          # names no journal entry
+            for k, h in self.roots[sources[name]].items():
+                if roots.setdefault(k, h) != h:
+                    raise Refused("VersionMismatch")    # chains back to two versions of a part
+        if derived:
+            self._fits(a.version, roots, ())
+        else:
+            self._fits(a.version, sources, external)
         if chosen_id:                # a result's id is the store's, derived; never the writer's
             raise Refused("InvalidRecord")
         if rid in self.journal:
@@ -227,6 +241,7 @@ class Model:
         else:
             self.journal[rid] = (step, key, dict(sources), external, a.number)
             self.values[rid] = value
+            self.roots[rid] = roots
         self._sign_of_life(a)
 
     def submit(self, attempt: int, token: int, secret: str | None, digest: str,
@@ -241,7 +256,7 @@ class Model:
                 raise Refused("InvalidRecord")
             if (entry[0], entry[1], entry[2]) != (step, key, sources):
                 raise Refused("VersionMismatch")
-            self._fits(a.version, entry[2], entry[3])
+            self._fits(a.version, self.roots[rid], ())
         subs = self.candidates.setdefault(digest, [])
         if subs and (subs[-1][1] == token or any(d == digest for d, _c in self.accepted)):
             return                       # the same submission again, or already accepted
