@@ -112,15 +112,15 @@ async def _recorded(run: _Run, input: StartActivityInput) -> Any:
     try:
         a, opts = run.attempt, _options(input)
         if input.activity == MODEL_ACTIVITY:
-            asked = input.args[0] if input.args else None
-            asked_map = dataclasses.asdict(asked) if dataclasses.is_dataclass(asked) \
-                and not isinstance(asked, type) else {}
+            # the activity's input as JSON once (no deep copy first): what the key is made of
+            asked = _key_value(input.args[0]) if input.args else {}
+            asked = asked if isinstance(asked, dict) else {}
             turn = run.model_calls
             run.model_calls += 1
-            reads = {"conversation": _key_value({k: asked_map.get(k) for k in _ASKED}),
-                     "model_settings": _key_value({"model": asked_map.get("model_name"),
-                                                   "settings": asked_map.get("model_settings")}),
-                     "tool_schemas": _key_value(asked_map.get("tools"))}
+            reads = {"conversation": {k: asked.get(k) for k in _ASKED},
+                     "model_settings": {"model": asked.get("model_name"),
+                                        "settings": asked.get("model_settings")},
+                     "tool_schemas": asked.get("tools")}
             return await a.step(f"model:{turn}", input.activity, *input.args, reads=reads,
                                 external=tuple(reads), **opts)
         args = _key_value(list(input.args))
