@@ -11,8 +11,11 @@ from outlive import errors as E
 from outlive import ledger as L
 from outlive.hashing import content_hash, input_key
 from outlive.records import AttemptState, Contract, Part, Policy, Receipt, WorkState
+from outlive.rules import LatestAccepted, StrictCurrent, dependable
 
 C = Contract(name="c", version="1", assessor="t")
+#: Another contract (a made-up one, or an older form): consumers of C must not rely on it.
+OTHER = Contract(name="c", version="0", assessor="t")
 TEXTS = {"v1": {"a": "A1", "b": "B1"}, "v2": {"a": "A1", "b": "B2"}}
 
 
@@ -46,8 +49,8 @@ ops = st.one_of(
     st.tuples(st.just("write"), WHO, TOK, st.sampled_from("ab"), st.sampled_from(["v1", "v2"]), RID),
     st.tuples(st.just("candidate"), WHO, TOK),
     st.tuples(st.just("candidate"), WHO, TOK),
-    st.tuples(st.just("accept"), CRED, st.integers(0, 5), st.booleans()),
-    st.tuples(st.just("accept"), CRED, st.integers(0, 5), st.booleans()),
+    st.tuples(st.just("accept"), CRED, st.integers(0, 5), st.booleans(), st.sampled_from([C, OTHER])),
+    st.tuples(st.just("accept"), CRED, st.integers(0, 5), st.booleans(), st.sampled_from([C, OTHER])),
     st.tuples(st.just("intent"), WHO, TOK, st.sampled_from("xy")),
     st.tuples(st.just("confirm"), WHO, TOK, st.sampled_from("xy")),
     st.tuples(st.just("finish"), WHO, TOK),
@@ -84,7 +87,7 @@ def build(state: WorkState, op: tuple[Any, ...]) -> L.Command:
     if kind == "accept":
         cands = state.candidates
         digest = cands[op[2] % len(cands)].digest if cands else "0" * 64
-        return L.Accept(digest=digest, contract=C, verdict=op[3], at=0, credential=cred)
+        return L.Accept(digest=digest, contract=op[4], verdict=op[3], at=0, credential=cred)
     att, tok = who(state, op[1], op[2])
     if kind == "write":
         return step_write(att, tok, op[3], op[4], op[5])
@@ -143,6 +146,11 @@ def test_protections_hold_for_any_sequence(seq: list[tuple[Any, ...]]) -> None:
             cand = new.candidate(acc.digest)
             assert cand is not None and acc.version == new.current_version
             assert cand.token == new.epoch
+        for contract in (C, OTHER):       # a consumer relies only on its own contract
+            for rule in (StrictCurrent(contract=contract), LatestAccepted(contract=contract)):
+                got = dependable(new, rule)
+                assert got is None or (got.acceptance is not None
+                                       and got.acceptance.contract == contract)
         if isinstance(cmd, L.Admit):
             issued.append(out.record.token)
         state = new
