@@ -56,6 +56,7 @@ async def test_a_derived_step_chains_back_to_the_parts_and_is_redone_when_a_sour
     await w2.start()
     for k, v in V2.items():
         await w2.step(k, summ, **{k: v})
+    assert not w2.can_restore("headline", s1=ResultOf("s1"), s2=ResultOf("s2"))
     h2 = await w2.step("headline", headline, s1=ResultOf("s1"), s2=ResultOf("s2"))
     assert w2.steps["s1"].restored and not w2.steps["s2"].restored
     assert not w2.steps["headline"].restored and h2.endswith("4.7 million.")

@@ -516,7 +516,15 @@ class Worker:
     def can_restore(self, name: str, /, **inputs: Any) -> bool:
         """Whether ``step(name, ..., **inputs)`` would be restored from the journal."""
         values, _external = _unwrap(inputs)
-        sources = {k: content_hash(v) for k, v in values.items()}
+        sources = {}
+        for k, v in values.items():
+            if type(v) is ResultOf:
+                done = self.steps.get(v.step)
+                if done is None:
+                    return False        # its source has not run: nothing to restore yet
+                sources[k] = done.result_id
+            else:
+                sources[k] = content_hash(v)
         return self._lookup(name, input_key(name, sources)) is not None
 
     @_observe.traced("outlive.candidate",
