@@ -76,6 +76,10 @@ __all__ = ["LEASE", "RestateDispatcher", "dispatch_key", "lease_object", "start_
 LEASE = "outlive_lease"
 
 _B = BytesSerde()
+#: ``settle``'s inactivity and abort timeouts: Restate's defaults, not the object's short ones
+#: (:data:`._ledger.STALLED`). An assessor may ask a model for longer than a few seconds, and
+#: its ``ctx.run`` sends nothing meanwhile: with the short ones Restate would abort and rerun it.
+_JUDGING = (timedelta(minutes=1), timedelta(minutes=10))
 #: An assessor's verdict: journaled once (JSON bytes), retried by Restate if the assessor raises.
 _RUN: restate.RunOptions[bytes] = restate.RunOptions(serde=_B)
 
@@ -222,7 +226,13 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     if state is None or att is None:
         return "no such attempt"
     if att.state is AttemptState.FINISHED:
-        return await _finished_or_terminal(ctx, target, state)
+        if target.get("judge") is None:
+            return "attempt finished"      # your controller judges its candidate
+        # judged by settle, whose timeouts let an assessor take its time (the attempt sent
+        # one too when it finished: the second finds the work moved on)
+        ctx.generic_send(LEASE, "settle", json.dumps({"attempt": number}).encode(),
+                         key=ctx.key())
+        return "attempt finished: judging"
     lease = int(target["lease_ms"])
     if L.is_live(att) and not L.is_leased(att):
         _arm(ctx, target, number, _sign(att), lease)
@@ -250,7 +260,8 @@ async def check(ctx: restate.ObjectContext, req: bytes) -> str:
     return f"replaced by #{nxt['attempt']}"
 
 
-@lease_object.handler(input_serde=_B)
+@lease_object.handler(input_serde=_B, inactivity_timeout=_JUDGING[0],
+                     abort_timeout=_JUDGING[1])
 async def settle(ctx: restate.ObjectContext, req: bytes) -> str:
     """Attempt ``{"attempt": n}`` finished (its own one-way send, :func:`._engine.attempt`):
     judge its candidate now rather than at the next check."""
