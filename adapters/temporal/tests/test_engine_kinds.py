@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from outlive.errors import GaveUp, NotFound, WorkFailed
+from outlive.errors import GaveUp, InputConflict, NotFound, WorkFailed
 from outlive.records import AttemptState
 from outlive.rules import StrictCurrent
 from outlive_temporal import DevServer, OutlivePlugin, WorkHandle, start_work, typed_error
@@ -197,14 +197,22 @@ async def test_a_workflow_taking_and_returning_dataclasses_runs_unchanged(
 
 async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
         client: Client, queue: str) -> None:
-    """A work is the user's workflow execution: starting its id again returns the same
-    execution; ``result()`` is ``Completed`` with the acceptance, or ``WorkFailed`` naming the
-    error; ``status()`` is the runtime's ``WorkStatus``; ``dependable`` takes a rule."""
+    """A work is the user's workflow execution: starting its running id again returns the
+    same execution, and with other parts for ``v1`` is an ``InputConflict``; ``result()`` is
+    ``Completed`` with the acceptance, or ``WorkFailed`` naming the error; ``status()`` is the
+    runtime's ``WorkStatus``; ``dependable`` takes a rule."""
     wid = _id("kinds/handle")
     tag = uuid.uuid4().hex[:6]
-    first = await start_work(client, app.FlakyWork.run, wid, {"s1": f"ok-{tag}"}, task_queue=queue)
-    again = await start_work(client, app.FlakyWork.run, wid, {"s1": f"ok-{tag}"}, task_queue=queue)
+    report = {"s1": f"h1-{tag}", "s2": f"h2-{tag}"}
+    first = await start_work(client, app.ApprovedWork.run, wid, report, task_queue=queue)
+    again = await start_work(client, app.ApprovedWork.run, wid, report, task_queue=queue)
     assert (await first.handle.describe()).run_id == (await again.handle.describe()).run_id
+    with pytest.raises(InputConflict):   # the same running id, other parts for v1
+        await start_work(client, app.ApprovedWork.run, wid, {**report, "s2": "other"},
+                         task_queue=queue)
+    await _wait_for(first, lambda st: st.attempts and st.attempts[-1].state is AttemptState.WAITING)
+    assert (await first.status()).status == "waiting"
+    await first.handle.execute_update(app.ApprovedWork.approve, "ann")
     done = await again.result()
     assert done.work_id == wid and done.acceptance.version == "v1"
     status = await first.status()

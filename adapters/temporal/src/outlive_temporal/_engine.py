@@ -916,7 +916,10 @@ class Work:
 
     @workflow.update(name=PUBLISH_UPDATE)
     async def outlive_publish(self, version: str, parts: Any) -> str:
-        await self.outlive.loaded()
+        led = self.outlive
+        await led.loaded()
+        if not led.opened:  # sent with the start (start_work): wait until drive opens the work
+            await workflow.wait_condition(lambda: led.opened)
         try:
             rec = self.outlive.publish(version, parts)
         except Exception as exc:
@@ -926,10 +929,10 @@ class Work:
     @outlive_publish.validator
     def _outlive_validate_publish(self, version: str, parts: Any) -> None:
         led = self.outlive
-        if not led.opened:
-            raise rejection(InvalidRecord("the work has not opened yet"))
         try:
             hashes = {k: content_hash(v) for k, v in _input_parts(parts).items()}
+            if not led.opened:
+                return      # the handler waits until the work opens, then the ledger decides
             L.apply(led.state, L.PublishInput(version=version, parts=hashes, at=0))
         except Exception as exc:
             raise rejection(exc) from None

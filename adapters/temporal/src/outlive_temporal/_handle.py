@@ -21,6 +21,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import (
     Client,
+    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -148,13 +149,23 @@ class WorkHandle:
 
 
 async def start_work(client: Client, workflow: Any, work_id: str, inputs: Any, *,
-                     task_queue: str, **options: Any) -> WorkHandle:
-    """``outlive.Runtime.start`` on Temporal: start ``workflow`` (its ``run``, or its name) with
-    ``inputs`` (version ``v1``) as workflow id ``work_id``; starting an id that is running
-    returns the same execution, as Temporal's ``USE_EXISTING`` conflict policy does."""
+                     task_queue: str, version: str = "v1", **options: Any) -> WorkHandle:
+    """``outlive.Runtime.start`` on Temporal: start ``workflow`` (its ``run``) with ``inputs`` as
+    workflow id ``work_id``, and publish them as ``version`` in the same request
+    (update-with-start). Starting an id that is running returns the same execution (Temporal's
+    ``USE_EXISTING``); if that work holds ``version`` with other parts, the publish is refused
+    with :class:`~outlive.errors.InputConflict`. Returns once the work has opened (its ``run``
+    called ``drive``)."""
     options.setdefault("id_conflict_policy", WorkflowIDConflictPolicy.USE_EXISTING)
-    handle = await client.start_workflow(workflow, inputs, id=work_id, task_queue=task_queue,
-                                         **options)
+    op: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+        workflow, inputs, id=work_id, task_queue=task_queue, **options)
+    try:
+        await client.execute_update_with_start_workflow(
+            PUBLISH_UPDATE, args=[version, inputs], start_workflow_operation=op, result_type=str)
+    except WorkflowUpdateFailedError as exc:
+        err = typed_error(exc.cause)
+        raise (err or InvalidRecord(f"starting {work_id!r} failed: {exc.cause}")) from None
+    handle = await op.workflow_handle()
     return WorkHandle(client.get_workflow_handle(handle.id))
 
 
