@@ -16,6 +16,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
     import outlive
     from outlive_temporal import Attempt, Work
 
@@ -203,5 +205,41 @@ class TypedWork(Work):
         return digest
 
 
-WORKFLOWS = [LongStepWork, FlakyWork, ApprovedWork, TypedWork]
-ACTIVITIES = [sleepy, sleepy_sync, flaky, draft, summarise, headline]
+class Question(BaseModel):
+    topic: str
+    detail: str
+
+
+class Answer(BaseModel):
+    topic: str
+    text: str
+    attempt: int = 0
+
+
+@activity.defn
+async def answer(question: Question) -> Answer:
+    _count(f"answer:{question.detail}")
+    return Answer(topic=question.topic, text=question.detail.upper())
+
+
+@workflow.defn
+class ModelWork(Work):
+    """``run`` takes a pydantic model and returns one (with ``pydantic_data_converter``)."""
+
+    outlive_heartbeat = timedelta(seconds=2)
+
+    @workflow.run
+    async def run(self, question: Question) -> Answer:
+        return await self.drive(self.attempt, question)
+
+    async def attempt(self, a: Attempt, question: Question) -> Answer:
+        assert isinstance(question, Question)
+        out = await a.step("answer", answer, question)
+        assert isinstance(out, Answer)
+        out.attempt = a.number
+        await a.accept(out)
+        return out
+
+
+WORKFLOWS = [LongStepWork, FlakyWork, ApprovedWork, TypedWork, ModelWork]
+ACTIVITIES = [sleepy, sleepy_sync, flaky, draft, summarise, headline, answer]
