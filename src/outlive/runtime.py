@@ -337,6 +337,7 @@ class Runtime:
         self._scheduler: asyncio.Task[None] | None = None
         self._discoverer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        self._recoverer: asyncio.Task[None] | None = None
         self._ends: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._known: set[str] = set()
@@ -368,8 +369,10 @@ class Runtime:
                                                  name=f"outlive:{self.name}:listen")
         if not self.supervise:
             return
-        await self._recover()
         self._scheduler = asyncio.create_task(self._schedule(), name=f"outlive:{self.name}")
+        # Recovery reads every work the backend holds: in the background, so a runtime serves
+        # new works at once and one unreadable work holds up nothing.
+        self._recoverer = asyncio.create_task(self._recover(), name=f"outlive:{self.name}:recover")
         if self.discover and _lists(self.backend):
             self._discoverer = asyncio.create_task(self._discover_loop(),
                                                    name=f"outlive:{self.name}:discover")
@@ -378,7 +381,8 @@ class Runtime:
         """Stop supervising; attempts still running are cancelled (the ledger keeps everything:
         a runtime started again carries them on after their lease)."""
         self._closing = True
-        for task in (self._scheduler, self._discoverer, self._listener, *self._background):
+        for task in (self._scheduler, self._discoverer, self._listener, self._recoverer,
+                     *self._background):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -585,16 +589,29 @@ class Runtime:
                         "carried on only when started or published again",
                         type(self._backend).__name__)
             return
-        for wid in await self._backend.works():
-            self._known.add(wid)
-            st = await self._backend.load(wid)
+        try:
+            ids = await self._backend.works()
+        except Exception as exc:   # a backend down now: works are found when started again
+            log.warning("could not list the works to recover (%s: %s)", type(exc).__name__, exc)
+            return
+        self._known.update(ids)
+        for wid in ids:
+            try:
+                st = await self._backend.load(wid)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:   # one unreadable work does not hold up the others
+                log.warning("could not read %s to recover it (%s: %s)", wid, type(exc).__name__,
+                            exc)
+                self._known.discard(wid)   # discovery tries it again
+                continue
             if st is None or st.kind not in self.kinds:
                 continue
             kind = self.kinds[st.kind]
             if status_of(st, kind) in ("completed", "failed"):
                 continue
             self._watch(wid, kind)
-            self._dirty.add(wid)
+            self._wake(wid)
 
     async def _listen_loop(self) -> None:
         """Events from other processes: a work started or published, a work ended."""
