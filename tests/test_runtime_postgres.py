@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import runtime_kinds as K
-from test_runtime_processes import _serve
+from test_runtime_processes import _serve, _stop
 
 from outlive import Runtime
 
@@ -56,13 +55,7 @@ async def test_two_runtimes_share_postgres_and_one_is_killed(pg_cluster: Any,
                 *(client.handle(f"two/{i}").result() for i in range(n))), 120)
             states = [(await client.handle(f"two/{i}").state()).state for i in range(n)]
     finally:
-        for p in (a, b):
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        _stop(a, b)
     assert len(results) == n
     assert all(len(st.acceptances) == 1 for st in states)
     with sqlite3.connect(receiver) as conn:

@@ -29,6 +29,29 @@ def _serve(url: str, receiver: Path, *kinds: str) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def _stop(*procs: subprocess.Popen[bytes] | None) -> None:
+    """Ctrl-C each serving process still running (it drains), killed if it will not end."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _fail_one(url: str, work_id: str) -> None:
+    """A work of the non-retryable kind, run to its failure."""
+    async def go() -> None:
+        async with Runtime(url, [K.NONRETRYABLE], discover=None, report_errors=False) as rt:
+            h = await rt.start(K.NONRETRYABLE, work_id, "v1", K.parts_for("v1"))
+            try:
+                await h.result()
+            except outlive.WorkFailed:
+                pass
+    asyncio.run(go())
+
+
 async def _count(rt: Runtime, state: str) -> int:
     return len(await rt.works(state=state, kind="recover"))
 
@@ -56,13 +79,7 @@ async def test_a_killed_runtime_started_again_completes_every_work_once(tmp_path
                 *(client.handle(f"r/{i}").result() for i in range(n))), 120)
             states = [(await client.handle(f"r/{i}").state()).state for i in range(n)]
     finally:
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        _stop(first, second)
     assert len(results) == n
     for st in states:
         assert len(st.acceptances) == 1, st.work_id            # accepted once
@@ -91,15 +108,7 @@ def test_works_reads_the_backend_from_the_environment(tmp_path: Path, monkeypatc
                                                         capsys: object) -> None:
     url = f"sqlite:///{tmp_path / 'env.db'}"
     monkeypatch.setenv("OUTLIVE_BACKEND", url)   # type: ignore[attr-defined]
-
-    async def one_failed() -> None:
-        async with Runtime(url, [K.NONRETRYABLE], discover=None, report_errors=False) as rt:
-            h = await rt.start(K.NONRETRYABLE, "env/bad", "v1", K.parts_for("v1"))
-            try:
-                await h.result()
-            except outlive.WorkFailed:
-                pass
-    asyncio.run(one_failed())
+    _fail_one(url, "env/bad")
     assert cli_main(["works", "--state", "failed"]) == 0
     out = capsys.readouterr().out   # type: ignore[attr-defined]
     assert "env/bad" in out and "NonRetryable: the ticket was deleted" in out
@@ -108,15 +117,7 @@ def test_works_reads_the_backend_from_the_environment(tmp_path: Path, monkeypatc
 def test_inspect_shows_the_attempts_errors_and_the_works_failure(tmp_path: Path,
                                                                   capsys: object) -> None:
     url = f"sqlite:///{tmp_path / 'inspect.db'}"
-
-    async def failing() -> None:
-        async with Runtime(url, [K.NONRETRYABLE], discover=None, report_errors=False) as rt:
-            h = await rt.start(K.NONRETRYABLE, "inspect/bad", "v1", K.parts_for("v1"))
-            try:
-                await h.result()
-            except outlive.WorkFailed:
-                pass
-    asyncio.run(failing())
+    _fail_one(url, "inspect/bad")
     assert cli_main(["inspect", "inspect/bad", "--backend", url]) == 0
     out = capsys.readouterr().out   # type: ignore[attr-defined]
     assert "FAILED: NonRetryable: the ticket was deleted" in out
