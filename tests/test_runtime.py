@@ -226,3 +226,29 @@ async def test_a_blocking_step_runs_off_the_loop_and_is_not_taken_over(url: str)
         assert (await slow.state()).status == "running"
         done = await asyncio.wait_for(slow.result(), 30)
     assert len(done.attempts) == 1
+
+
+async def test_a_waiting_attempt_sends_no_heartbeats(url: str) -> None:
+    """Waiting is not silence and no lease runs while it lasts: thousands of works waiting on
+    people must cost no writes."""
+    release = asyncio.Event()
+
+    async def waits(ctx: outlive.AttemptContext) -> None:
+        async with ctx.worker.waiting("approval"):
+            await release.wait()
+        await K.small(ctx)
+
+    kind = outlive.Kind(name="waits", attempt=waits, contract=K.CONTRACT, inputs=K.parts_for,
+                        lease=outlive.Lease(heartbeat_interval=100, missed_beats=3))
+    async with Runtime(url, [kind], discover=None) as rt:
+        h = await rt.start(kind, "digest/waits", "v1", K.parts_for("v1"))
+        for _ in range(200):
+            if (await h.state()).status == "waiting":
+                break
+            await asyncio.sleep(0.01)
+        before = (await h.state()).state.attempts[0].heartbeats
+        await asyncio.sleep(0.6)     # six heartbeat intervals
+        assert (await h.state()).state.attempts[0].heartbeats == before
+        release.set()
+        done = await asyncio.wait_for(h.result(), 20)
+    assert len(done.attempts) == 1

@@ -449,11 +449,12 @@ class Worker:
                 await asyncio.sleep(interval_ms / 1000)
             while True:     # the first beat at once: "started" is the first sign of life
                 try:
-                    # a write of the attempt's own within half an interval was a sign of life
+                    # a write of the attempt's own within half an interval was a sign of life;
+                    # a recorded wait needs none (waiting is not silence: no lease runs)
                     recent = (not first and self.last_sign is not None
                               and self.clock() - self.last_sign < interval_ms / 2)
                     first = False
-                    if not recent and not await self.heartbeat():
+                    if not recent and self.waits is None and not await self.heartbeat():
                         return
                 except asyncio.CancelledError:
                     raise
