@@ -213,6 +213,8 @@ class Worker:
         #: When (this worker's clock) a write of its own last landed: a sign of life already
         #: given, so the background renewal need not send one as well.
         self.last_sign: int | None = None
+        #: Set when a wait ends: the lease's renewal sleeps on it while the attempt waits.
+        self._wait_over: asyncio.Event | None = None
 
     @property
     def work_id(self) -> str:
@@ -461,6 +463,10 @@ class Worker:
                 except Exception:   # a missed beat is what leases are for
                     pass
                 await asyncio.sleep(interval_ms / 1000)
+                if self.waits is not None:   # asleep until the wait ends, not woken per beat
+                    over = self._wait_over = asyncio.Event()
+                    if self.waits is not None:
+                        await over.wait()
 
         task = asyncio.create_task(beat(), name=f"outlive-lease:{self.work_id}#{self.attempt.number}")
         try:
@@ -484,6 +490,8 @@ class Worker:
         await self._call(L.Resume(attempt=self.attempt.number, token=self.token, at=self.clock(),
                                   secret=self.attempt.secret))
         self.waits = None
+        if self._wait_over is not None:
+            self._wait_over.set()
 
     async def parked(self) -> bool:
         """Whether the attempt still waits on what this worker said it waits for (nobody answered
