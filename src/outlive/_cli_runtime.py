@@ -19,6 +19,7 @@ import click
 
 from .errors import ConfigError
 from .runtime import Kind, Runtime, WorkStatus
+from .supervisor import import_ref
 
 __all__ = ["register"]
 
@@ -28,16 +29,7 @@ _BACKEND = click.option("--backend", "backend", envvar="OUTLIVE_BACKEND",
 
 
 def _kind(ref: str) -> Kind:
-    if ":" not in ref:
-        raise ConfigError(f"expected MODULE:NAME naming an outlive.Kind, got {ref!r}", ref=ref)
-    module, _, attr = ref.partition(":")
-    import importlib
-    try:
-        obj: Any = importlib.import_module(module)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import {module!r} for {ref!r}: {exc}", ref=ref) from exc
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
+    obj = import_ref(ref, "KIND")
     if not isinstance(obj, Kind):
         raise ConfigError(f"{ref!r} is not an outlive.Kind", ref=ref)
     return obj

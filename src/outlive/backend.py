@@ -22,7 +22,7 @@ from .errors import ConfigError, MissingExtra, UnknownBackend
 from .ledger import Command, Outcome
 from .records import WorkState
 
-__all__ = ["BACKENDS", "KNOWN_EXTRAS", "Backend", "StepCall", "backend_factory", "install_hint",
+__all__ = ["BACKENDS", "KNOWN_EXTRAS", "Backend", "StepCall", "can_list", "backend_factory", "install_hint",
            "make_backend", "open_backend", "register_backend", "schemes", "url_options"]
 
 #: The lazy registry: scheme -> ``"module:Class"``, imported only when a URL asks for it (so the
@@ -153,6 +153,11 @@ class Backend(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def can_list(backend: Backend) -> bool:
+    """Whether ``backend`` can list its works: the base class's empty list is not an answer."""
+    return type(backend).works is not Backend.works
 
 
 _REGISTRY: dict[str, Callable[[str], Backend]] = {}

@@ -33,6 +33,7 @@ from .backend import (
     KNOWN_EXTRAS,
     Backend,
     backend_factory,
+    can_list,
     install_hint,
     make_backend,
     open_backend,
@@ -429,7 +430,7 @@ def list_works(backend: str, as_json: bool, out: str | None) -> int:
 
     async def go() -> int:
         b = await _open_read_only(backend)
-        if type(b).works is Backend.works:      # the base class's "nothing", not an answer
+        if not can_list(b):      # the base class's "nothing", not an answer
             await b.close()
             raise ConfigError(f"the backend at {backend} ({type(b).__name__}) cannot list the "
                               "works it holds; name one instead: outlive inspect WORK_ID "

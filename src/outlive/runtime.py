@@ -49,7 +49,7 @@ from typing import Any, Literal
 from . import _observe
 from . import ledger as L
 from ._failures import NonRetryable, RetryPolicy, error_of, last_error, why_open
-from .backend import Backend, open_backend
+from .backend import Backend, can_list, open_backend
 from .controller import Assessor, Controller, wall_clock_ms
 from .errors import (
     AttemptActive,
@@ -83,7 +83,9 @@ from .supervisor import (
     Completed,
     InputLoader,
     Lease,
+    WorkDefinition,
     _maybe,
+    accept_all,
     resolve,
     work_complete,
 )
@@ -223,9 +225,8 @@ class _Context(AttemptContext):
                                      attempt=me.number, digest=cand.digest)
 
 
-def _definition(kind: Kind, work_id: str) -> Any:
+def _definition(kind: Kind, work_id: str) -> WorkDefinition:
     """The one-work definition an :class:`AttemptContext` carries (``ctx.definition``)."""
-    from .supervisor import WorkDefinition
     return WorkDefinition(work_id=work_id, attempt=kind.attempt, contract=kind.contract,
                           assessor=kind.assessor, inputs=kind.inputs, policy=kind.policy,
                           persist=kind.persist, lease=kind.lease,
@@ -373,7 +374,7 @@ class Runtime:
         # Recovery reads every work the backend holds: in the background, so a runtime serves
         # new works at once and one unreadable work holds up nothing.
         self._recoverer = asyncio.create_task(self._recover(), name=f"outlive:{self.name}:recover")
-        if self.discover and _lists(self.backend):
+        if self.discover and can_list(self.backend):
             self._discoverer = asyncio.create_task(self._discover_loop(),
                                                    name=f"outlive:{self.name}:discover")
 
@@ -485,7 +486,7 @@ class Runtime:
 
     async def works(self, *, state: str | None = None, kind: str | None = None) -> list[WorkStatus]:
         """Every work the backend holds (of any kind), with its status and last error."""
-        if not _lists(self._backend):
+        if not can_list(self._backend):
             raise ConfigError(f"{type(self._backend).__name__} cannot list its works",
                               url=self._backend.url)
         out = []
@@ -584,7 +585,7 @@ class Runtime:
 
     async def _recover(self) -> None:
         """Find the works of this runtime's kinds left open and carry them on."""
-        if not _lists(self._backend):
+        if not can_list(self._backend):
             log.warning("%s cannot list its works: works left open by an earlier runtime are "
                         "carried on only when started or published again",
                         type(self._backend).__name__)
@@ -859,7 +860,7 @@ class Runtime:
         """Judge the candidates this runtime's attempt waits on; True if anything was written."""
         wrote = False
         assessor: Assessor = (resolve(w.kind.assessor) if w.kind.assessor is not None
-                              else _accept_all)
+                              else accept_all)
         for digest, fut in list(w.verdicts.items()):
             if fut.done():
                 w.verdicts.pop(digest, None)
@@ -990,10 +991,3 @@ class Runtime:
                      w.work_id, rec_exc)
 
 
-def _lists(backend: Backend) -> bool:
-    """Whether the backend can list its works (the base class's empty list is not an answer)."""
-    return type(backend).works is not Backend.works
-
-
-def _accept_all(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
-    return True, "passed the mechanical checks (no assessor)"

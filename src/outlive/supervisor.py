@@ -77,6 +77,8 @@ __all__ = [
     "Supervisor",
     "TaskDispatcher",
     "WorkDefinition",
+    "accept_all",
+    "import_ref",
     "resolve",
     "run_attempt",
     "work_complete",
@@ -101,9 +103,18 @@ def resolve(ref: str | Callable[..., Any]) -> Callable[..., Any]:
     """Import ``module:function`` (a dotted attribute path after the colon is allowed)."""
     if callable(ref):
         return ref
+    obj = import_ref(ref, "FUNCTION")
+    if not callable(obj):
+        raise ConfigError(f"{ref!r} is not callable", ref=ref)
+    return obj  # type: ignore[no-any-return]
+
+
+def import_ref(ref: str, what: str = "NAME") -> Any:
+    """The object ``module:attr`` names (a dotted attribute path after the colon is allowed);
+    ``what`` says in the error what the name should be (``MODULE:{what}``)."""
     module, sep, attr = ref.partition(":")
     if not sep or not module or not attr:
-        raise ConfigError(f"expected MODULE:FUNCTION, got {ref!r}", ref=ref)
+        raise ConfigError(f"expected MODULE:{what}, got {ref!r}", ref=ref)
     try:
         obj: Any = importlib.import_module(module)
     except ImportError as exc:
@@ -113,9 +124,12 @@ def resolve(ref: str | Callable[..., Any]) -> Callable[..., Any]:
             obj = getattr(obj, part)
         except AttributeError as exc:
             raise ConfigError(f"{module!r} has no {attr!r}", ref=ref) from exc
-    if not callable(obj):
-        raise ConfigError(f"{ref!r} is not callable", ref=ref)
-    return obj  # type: ignore[no-any-return]
+    return obj
+
+
+def accept_all(cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
+    """The assessor of a definition that names none: the mechanical checks decide alone."""
+    return True, "passed the mechanical checks (no assessor)"
 
 
 def _name_of(ref: str | Callable[..., Any]) -> str:
@@ -553,8 +567,6 @@ class Supervisor:
             assert st is not None
         return st
 
-    def _accept_all(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
-        return True, "passed the mechanical checks (no assessor)"
 
     async def judge(self, state: WorkState) -> list[str]:
         """Judge every candidate submitted after the latest acceptance whose attempt still stands.
@@ -575,7 +587,7 @@ class Supervisor:
             try:
                 acc = await self.controller.assess(self.work_id, cand.digest,
                                                    self.definition.contract,
-                                                   self._assessor or self._accept_all)
+                                                   self._assessor or accept_all)
             except Rejected as exc:
                 actions.append(f"refused {cand.digest[:8]} of #{cand.attempt}: "
                                f"{type(exc).__name__}")
