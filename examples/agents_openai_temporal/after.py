@@ -84,4 +84,4 @@ async def main(address: str) -> Any:
                       activities=[get_weather]):
         work = await client.start_workflow(ToolsWorkflow.run, "What is the weather in Tokyo?",
                                            id=f"tools-{queue}", task_queue=queue)
-        return await work.result(), await WorkHandle(work).state()
+        return await work.result(), await WorkHandle(work).ledger()

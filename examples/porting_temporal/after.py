@@ -104,7 +104,7 @@ async def seed_situation(address: str) -> dict[str, Any]:
         # The paused worker wakes: Temporal refuses its late completion (the activity timed out)
         # and attempt #1, cancelled by the work, never writes again.
         WORLD.wake.set()
-        state = await WorkHandle(work).state()
+        state = await WorkHandle(work).ledger()
         dep = await WorkHandle(work).dependable("strict")
         assert dep is not None
     return {"calls": len(WORLD.calls), "posts": list(WORLD.feed.posts),

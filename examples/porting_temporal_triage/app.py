@@ -58,7 +58,7 @@ async def _waiting(handle: WorkflowHandle[Any, Any], attempts: int) -> None:
 
     for _ in range(600):
         try:
-            st = await WorkHandle(handle).state()
+            st = await WorkHandle(handle).ledger()
         except NotFound:
             st = None
         if st is not None and len(st.attempts) == attempts \
@@ -101,7 +101,7 @@ async def run(address: str, ported: bool, scene: str) -> dict[str, Any]:
                     TicketTriageWorkflow.approve, ApprovalDecision(approved=True, reviewer="bob"))
             result = await handle.result()
             if ported:
-                st = await WorkHandle(handle).state()
+                st = await WorkHandle(handle).ledger()
                 out["attempts"] = [(a.number, a.state.value, a.pinned_version)
                                    for a in st.attempts]
                 out["journal"] = [(e.step, e.attempt) for e in st.journal]

@@ -62,7 +62,7 @@ async def test_agent_on_temporal_posts_once_and_quotes_the_correction(server: De
         await WorkHandle(work).publish("v2", S.V2)         # and the work its new version
         answer = await asyncio.wait_for(work.result(), 60)
         world.wake.set()                                    # #1 wakes: Temporal refuses it
-        state = await WorkHandle(work).state()
+        state = await WorkHandle(work).ledger()
         dep = await WorkHandle(work).dependable("strict")
     assert world.feed.posts == ["Q3 digest: revenue 4.7 million."]
     assert dep is not None and S.figure(dep["content"]["answer"]) == "4.7"

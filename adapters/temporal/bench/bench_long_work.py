@@ -66,7 +66,7 @@ async def run_bench(address: str, n: int) -> dict[str, Any]:
             res = await client.execute_workflow(LongWork.run, {"n": n}, id=wid, task_queue=queue)
             seconds = time.perf_counter() - t0
             handle = client.get_workflow_handle(wid)
-            st = await WorkHandle(handle).state()
+            st = await WorkHandle(handle).ledger()
             first = 0
             longest = 0.0
             run_id: str | None = None

@@ -15,11 +15,14 @@ from typing import Any
 from urllib.parse import unquote
 
 from temporalio import activity, workflow
+from temporalio.client import WorkflowUpdateFailedError
 
 with workflow.unsafe.imports_passed_through():
+    from outlive import codec
     from outlive import ledger as L
     from outlive.errors import OutliveError
-    from outlive_temporal import Attempt, Work, current_attempt
+    from outlive_temporal import Attempt, Work, current_attempt, typed_error
+    from outlive_temporal._engine import COMMAND_UPDATE, PUBLISH_UPDATE
     from outlive_temporal.testing import go_silent
 
 #: In-process control of ``held`` (tests running their worker in the test process).
@@ -96,6 +99,37 @@ async def held(text: str) -> str:
 
 
 @activity.defn
+async def usurp(text: str) -> str:
+    """A step whose activity tries the controller's commands on its own work, every way an
+    activity can reach it: its attempt's handle, and the raw updates with no proof. Returns
+    what each one met."""
+    info = current_attempt()
+    raw = activity.client().get_workflow_handle(info.workflow_id)
+    met: list[str] = []
+
+    async def attempt_(coro: Any) -> None:
+        try:
+            await coro
+            met.append("applied")
+        except OutliveError as exc:
+            met.append(type(exc).__name__)
+        except WorkflowUpdateFailedError as exc:
+            err = typed_error(exc.cause)
+            met.append(type(err).__name__ if err is not None else "failed")
+
+    at = int(time.time() * 1000)
+    await attempt_(info.execute(L.MarkUnknown(attempt=info.attempt, at=at)))
+    await attempt_(info.execute(L.MarkStopped(attempt=info.attempt, at=at)))
+    await attempt_(info.execute(L.Accept(digest="0" * 64, contract=Work.outlive_contract,
+                                         verdict=True, reason="mine", at=at)))
+    await attempt_(raw.execute_update(COMMAND_UPDATE, args=[codec.dumps(
+        L.MarkUnknown(attempt=info.attempt, at=at))], result_type=str))
+    await attempt_(raw.execute_update(PUBLISH_UPDATE, args=["v9", {"s1": "mine"}],
+                                      result_type=str))
+    return ",".join(met) + ":" + text
+
+
+@activity.defn
 async def blob(i: int, size: int) -> str:
     return (f"{i:06d}" * (size // 6 + 1))[:size]
 
@@ -153,6 +187,20 @@ class ApprovalWork(Work):
         second = await a.step("s2", part, report["s2"])
         acc = await a.accept({"digest": f"{first} {second}"})
         return {"digest": acc.digest, "attempt": a.number}
+
+
+@workflow.defn
+class UsurpWork(Work):
+    """One step whose activity tries to act as the controller."""
+
+    @workflow.run
+    async def run(self, report: dict[str, str]) -> dict[str, Any]:
+        return await self.drive(self.attempt, report)
+
+    async def attempt(self, a: Attempt, report: dict[str, str]) -> dict[str, Any]:
+        met = await a.step("s1", usurp, report["s1"])
+        acc = await a.accept({"met": met})
+        return {"digest": acc.digest, "attempt": a.number, "met": met}
 
 
 @workflow.defn
@@ -244,5 +292,5 @@ async def supervised_attempt(ctx: Any) -> None:
     await ctx.submit({"digest": " ".join(out)})
 
 
-WORKFLOWS = [FleetWork, HoldWork, ApprovalWork, BigWork, SmallCanWork, CappedWork]
-ACTIVITIES = [part, held, blob]
+WORKFLOWS = [FleetWork, HoldWork, ApprovalWork, BigWork, SmallCanWork, CappedWork, UsurpWork]
+ACTIVITIES = [part, held, blob, usurp]

@@ -247,7 +247,7 @@ async def story_post(op_key: str, key: str, payload: dict[str, str]) -> str:
     if world.posts == 1:
         if world.story["change"] == "after":
             await _publish(world, wid)
-        state = await _beating(world.handle(wid).state())
+        state = await _beating(world.handle(wid).ledger())
         for name, rule in rules(world.story).items():
             got = read(world.story, state, rule)
             if got is not None:

@@ -47,7 +47,7 @@ async def test_steps_run_as_the_users_activities_and_restore_by_input_key(
     res = await client.execute_workflow(app.HoldWork.run, {"s1": "a", "s2": "b"}, id=wid,
                                         task_queue=queue)
     assert res["attempt"] == 1 and res["text"] == "A B"
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
     assert [e.step for e in st.journal] == ["s1", "s2"]
     assert st.acceptances[0].version == "v1"
@@ -73,7 +73,7 @@ async def test_a_silent_step_is_taken_over_by_the_engine(client: Client, queue: 
     finally:
         hold.set()
     assert res["attempt"] == 2
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert [(a.number, a.token, a.state) for a in st.attempts] == [
         (1, 1, AttemptState.UNKNOWN), (2, 2, AttemptState.FINISHED)]
     assert app.CALLS.count("silent-a") == 1          # s1 restored, not re-run
@@ -94,13 +94,31 @@ async def test_a_corrected_input_makes_the_engine_rebuild_for_it(client: Client,
     await WorkHandle(handle).publish("v2", {"s1": "rb-a", "s2": "slow:0:rb-b2"})
     res = await handle.result()
     assert res["attempt"] == 2
-    st = await WorkHandle(handle).state()
+    st = await WorkHandle(handle).ledger()
     assert [a.pinned_version for a in st.attempts] == ["v1", "v2"]
     assert [a.state for a in st.attempts] == [AttemptState.STOPPED, AttemptState.FINISHED]
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1), ("s2", 2)]
     assert st.acceptances[-1].version == "v2"
     dep = await WorkHandle(handle).dependable("strict")
     assert dep is not None and dep["content"] == {"digest": "RB-A RB-B2"}
+
+
+async def test_an_attempts_activity_cannot_issue_the_controllers_commands(
+        client: Client, queue: str) -> None:
+    """The work's workflow holds the controller's credential (derived in workflow code from the
+    workers' secret): a step's activity that sends ``MarkUnknown``, ``MarkStopped``, ``Accept``
+    or a publish of its own is refused ``NotController``, and the work goes on as its
+    workflow drives it."""
+    wid = _id("digest/usurp")
+    res = await client.execute_workflow(app.UsurpWork.run, {"s1": "x"}, id=wid, task_queue=queue)
+    assert res["met"] == "NotController,NotController,NotController,NotController," \
+                         "NotController:x"
+    assert res["attempt"] == 1
+    st = await WorkHandle.of(client, wid).ledger()
+    assert st.controller_key_hash is not None
+    assert [v.version for v in st.inputs] == ["v1"]
+    assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
+    assert st.acceptances[-1].digest == res["digest"]
 
 
 async def test_waiting_for_a_signal_is_waiting_not_silence(client: Client, queue: str) -> None:
@@ -114,7 +132,7 @@ async def test_waiting_for_a_signal_is_waiting_not_silence(client: Client, queue
 
     async def last_attempt() -> Any:
         try:
-            st = await work.state()
+            st = await work.ledger()
         except NotFound:                             # its first workflow task has not run yet
             return None
         return st.attempts[-1] if st.attempts else None
@@ -129,11 +147,11 @@ async def test_waiting_for_a_signal_is_waiting_not_silence(client: Client, queue
     await asyncio.sleep(3.5)                         # three leases and more
     out = await work.execute(L.MarkUnknown(attempt=att.number, at=0))
     assert out.kind == "unchanged"                   # waiting is not silence
-    assert (await work.state()).attempts[-1].state is AttemptState.WAITING
+    assert (await work.ledger()).attempts[-1].state is AttemptState.WAITING
     await handle.signal(app.ApprovalWork.approve)
     res = await handle.result()
     assert res["attempt"] == 1
-    st = await work.state()
+    st = await work.ledger()
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
     assert st.acceptances[-1].digest == res["digest"]
 
@@ -148,7 +166,7 @@ async def test_state_past_the_cap_fails_the_work_with_a_typed_error(
                                       task_queue=queue)
     err = typed_error(info.value.cause)
     assert isinstance(err, PayloadTooLarge), info.value.cause
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert 50 < len(st.journal) < 100
     assert st.attempts[-1].state is AttemptState.STOPPED
 
@@ -167,7 +185,7 @@ async def test_a_thousand_steps_of_20kb_continue_as_new_with_results_by_referenc
         handle = big.get_workflow_handle(wid)
         desc = await handle.describe()
         assert desc.raw_description.workflow_execution_info.history_length < 2000
-        st = await WorkHandle(handle).state()
+        st = await WorkHandle(handle).ledger()
     assert len(st.journal) == 1000
     assert all(isinstance(e.result, dict) for e in st.journal)   # references, not 20 KB blobs
     # history holds references: no event carries a 20 KB result; the last run's input carries
@@ -194,7 +212,7 @@ async def test_leases_are_measured_on_the_engines_clock(client: Client, queue: s
     work = WorkHandle(handle)
     for _ in range(100):
         try:
-            st = await work.state()
+            st = await work.ledger()
         except NotFound:
             st = None
         if st is not None and st.current_attempt is not None:
@@ -205,7 +223,7 @@ async def test_leases_are_measured_on_the_engines_clock(client: Client, queue: s
     ahead = int(time.time() * 1000) + 3_600_000
     out = await work.execute(L.Heartbeat(attempt=att.number, token=att.token, at=ahead))
     assert out.kind == "beat"
-    beat = (await work.state()).attempt(att.number)
+    beat = (await work.ledger()).attempt(att.number)
     assert beat is not None
     assert beat.last_heartbeat < ahead - 3_000_000, "the worker's clock renewed the lease"
     assert abs(beat.last_heartbeat - int(time.time() * 1000)) < 60_000

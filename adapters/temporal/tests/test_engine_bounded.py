@@ -24,7 +24,7 @@ async def _run(server: DevServer, tmp_path: Any, workflow: Any, spec: dict[str, 
                       activities=app.ACTIVITIES, max_concurrent_activities=20):
         res = await client.execute_workflow(workflow, spec, id=wid, task_queue=queue)
         handle = client.get_workflow_handle(wid)
-        st = await WorkHandle(handle).state()
+        st = await WorkHandle(handle).ledger()
         events = [e async for e in handle.fetch_history_events()]
     return res, st, events
 

@@ -112,7 +112,7 @@ async def tell(client: Client, queue: str, sc: Scenario,
     except WorkflowFailureError as exc:
         world.failed = f"{type(exc.cause).__name__}: {exc.cause}"
     world.over.set()
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     del app.WORLDS[wid]
     assert st.current_version is not None
 

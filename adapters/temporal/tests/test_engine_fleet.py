@@ -66,7 +66,7 @@ async def test_work_completes_with_every_client_killed_and_its_worker_killed_mid
     client = await Client.connect(temporal_server.address, plugins=[OutlivePlugin()])
     res: dict[str, Any] = await client.get_workflow_handle(wid).result()
     assert res["attempt"] == 2
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert [(a.token, a.state) for a in st.attempts] == [(1, AttemptState.UNKNOWN),
                                                         (2, AttemptState.FINISHED)]
     # s1 was journaled by #1 and restored by #2; s2 and s3 were run by the survivor for #2

@@ -55,7 +55,7 @@ async def test_a_step_longer_than_the_lease_that_never_heartbeats_is_not_taken_o
                                         task_queue=queue)
     assert res == {"attempt": 1, "text": text.upper()}
     assert app.CALLS[text] == 1
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
     events = await _events(client, wid)
     assert not any(e.HasField("activity_task_timed_out_event_attributes") for e in events)
@@ -71,7 +71,7 @@ async def test_a_transient_error_is_retried_by_temporal_not_a_new_attempt(
                                         id=wid, task_queue=queue)
     assert res == {"attempt": 1, "text": f"{tag.upper()} OK"}
     assert app.CALLS[f"503:1:{tag}"] == 2
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
 
@@ -91,7 +91,7 @@ async def test_a_non_retryable_error_fails_the_work_at_once_naming_it(
     assert isinstance(cause, ApplicationError) and cause.type == kind, cause
     assert "step 's1'" in cause.message and text in cause.message
     assert app.CALLS[tag] == 1, "a non-retryable error is not retried, nor given a successor"
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert len(st.attempts) == 1 and st.attempts[0].state is AttemptState.FAILED
     err = st.attempts[0].error
     assert err is not None and err.type == kind and text in err.message and not err.retryable
@@ -111,7 +111,7 @@ async def test_retries_spent_admit_one_successor_then_the_work_gives_up_naming_t
     assert err.details["last_error"]["type"] == "RuntimeError"
     assert "503 Service Unavailable" in err.details["last_error"]["message"]
     assert app.CALLS[tag] == 6
-    st = await WorkHandle.of(client, wid).state()
+    st = await WorkHandle.of(client, wid).ledger()
     assert [(a.number, a.token, a.state) for a in st.attempts] == [
         (1, 1, AttemptState.FAILED), (2, 2, AttemptState.FAILED)]
     assert st.failure is not None and st.failure.type == "RuntimeError"
@@ -121,7 +121,7 @@ async def test_retries_spent_admit_one_successor_then_the_work_gives_up_naming_t
 async def _wait_for(work: WorkHandle, check: Any) -> Any:
     for _ in range(400):
         try:
-            st = await work.state()
+            st = await work.ledger()
         except NotFound:
             st = None
         if st is not None and check(st):
@@ -151,11 +151,11 @@ async def test_an_approval_given_to_attempt_one_does_not_approve_its_successor(
     assert st.attempts[-1].pinned_version == "v2"
     await asyncio.sleep(1.0)                 # #2 would have finished by now with #1's approval
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-    assert (await work.state()).attempts[-1].state is AttemptState.WAITING
+    assert (await work.ledger()).attempts[-1].state is AttemptState.WAITING
     await handle.execute_update(app.ApprovedWork.approve, "bob")
     res = await handle.result()
     assert res == {"attempt": 2, "version": "v2", "approved_by": "bob"}
-    st = await work.state()
+    st = await work.ledger()
     assert st.acceptances[-1].version == "v2"
 
 
@@ -181,7 +181,7 @@ async def test_a_workflow_taking_and_returning_dataclasses_runs_unchanged(
     assert res.lines == [app.Summary("Intro", f"INTRO-{tag.upper()}"),
                          app.Summary("Body", f"BODY2-{tag.upper()}")]
     assert app.CALLS[f"intro-{tag}"] == 1, "the intro was restored by input key"
-    st = await work.state()
+    st = await work.ledger()
     assert [(e.step, e.attempt) for e in st.journal] == [
         ("intro", 1), ("body", 1), ("headline", 1), ("body", 2), ("headline", 2)]
     assert res.title == f"Q3: INTRO-{tag.upper()}"
@@ -211,11 +211,11 @@ async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
         await start_work(client, app.ApprovedWork.run, wid, {**report, "s2": "other"},
                          task_queue=queue)
     await _wait_for(first, lambda st: st.attempts and st.attempts[-1].state is AttemptState.WAITING)
-    assert (await first.status()).status == "waiting"
+    assert (await first.state()).status == "waiting"
     await first.handle.execute_update(app.ApprovedWork.approve, "ann")
     done = await again.result()
     assert done.work_id == wid and done.acceptance.version == "v1"
-    status = await first.status()
+    status = await first.state()
     assert status.status == "completed" and status.last_error is None
     dep = await first.dependable(StrictCurrent())
     assert dep is not None and dep["digest"] == done.acceptance.digest
@@ -225,7 +225,7 @@ async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
     with pytest.raises(WorkFailed) as info:
         await bad.result()
     assert info.value.details["type"] == "BadRequest"
-    status = await bad.status()
+    status = await bad.state()
     assert status.status == "failed" and status.last_error is not None
     assert status.last_error.type == "BadRequest"
 
@@ -249,7 +249,7 @@ async def test_a_workflow_taking_a_pydantic_model_runs_with_the_pydantic_convert
             task_queue=queue)
         assert isinstance(res, app.Answer)
         assert res == app.Answer(topic="q3", text=f"D-{tag.upper()}", attempt=1)
-        st = await WorkHandle.of(client, wid).state()
+        st = await WorkHandle.of(client, wid).ledger()
     assert sorted(st.version("v1").parts) == ["detail", "topic"]
     assert sorted(st.journal[0].sources) == ["detail", "topic"]
     assert st.candidates[-1].content == {"topic": "q3", "text": f"D-{tag.upper()}",

@@ -41,7 +41,14 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout
 with workflow.unsafe.imports_passed_through():
     from outlive import codec
     from outlive import ledger as L
-    from outlive.errors import GaveUp, InvalidRecord, OutliveError, PayloadTooLarge, VersionMismatch
+    from outlive.errors import (
+        GaveUp,
+        InvalidRecord,
+        NotController,
+        OutliveError,
+        PayloadTooLarge,
+        VersionMismatch,
+    )
     from outlive.hashing import canonical, check_json, content_hash, input_key
     from outlive.records import (
         Acceptance,
@@ -61,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Rule, StrictCurrent, dependable
 
+    from ._credential import publish_text, verify, work_key
     from ._errors import rejection
 
 __all__ = ["CARRY_KEY", "COMMAND_UPDATE", "DEPENDABLE_QUERY", "PUBLISH_UPDATE", "STATE_QUERY", "engine_now",
@@ -76,6 +84,9 @@ DEPENDABLE_QUERY = "outlive_dependable"
 #: Marks the argument that carries the ledger across continue-as-new (see ``_plugin``).
 CARRY_KEY = "outlive_carry"
 _ID_PREFIX = "outlive"
+#: The patch that opens new works with the controller's credential (histories recorded before
+#: it replay as the keyless works they were).
+KEYED_PATCH = "outlive-controller-credential"
 _REF = "outlive_ref"
 #: Timeouts that mean silence, not an error: Temporal must not retry them (a retry would run the
 #: step again under the same owner token); the driver admits a successor instead. Temporal
@@ -338,7 +349,7 @@ class Attempt:
         led.check_live(self)
         ok, reason = verdict
         try:
-            out = led.apply(L.Accept(digest=digest, contract=led.owner.outlive_contract,
+            out = led.control(L.Accept(digest=digest, contract=led.owner.outlive_contract,
                                      verdict=bool(ok), reason=reason, at=led.now()))
             if out.kind == "refused":   # recorded; the attempt hears it as the error it was
                 raise L.contract_failed(out.record)
@@ -438,6 +449,10 @@ class _WorkLedger:
         self.chunk_texts: list[str] = []
         #: The store's threshold (0: no store): payloads longer than this travel by reference.
         self.threshold = int(owner.__dict__.get("_outlive_store") or 0)
+        #: The controller's credential of this work, derived here from the workers' secret
+        #: (:mod:`._credential`): only this workflow's own code stamps it on a command.
+        secret = owner.__dict__.get("_outlive_secret")
+        self.key: str | None = work_key(secret, self.work_id) if secret else None
         self.has_store = self.threshold > 0
         #: A restore is a dict look-up, not a scan of the journal (a run after continue-as-new
         #: restores every earlier step in its first workflow task).
@@ -484,6 +499,33 @@ class _WorkLedger:
         self.bytes += grow
         self._index.feed(self.state.journal)
         return out
+
+    def control(self, cmd: L.Command) -> L.Outcome:
+        """A controller's command issued by this workflow: it carries the work's credential."""
+        if self.key is not None:
+            cmd = dataclasses.replace(cmd, credential=self.key)  # type: ignore[arg-type]
+        return self.apply(cmd)
+
+    def keyed(self) -> bool:
+        """Whether the work was opened with the controller's credential."""
+        return self.opened and self.state.controller_key_hash is not None
+
+    def authorised(self, text: str, proof: str | None) -> L.Command:
+        """The command an outside client sent as ``text``: a controller's command carries the
+        work's credential only with a proof of it (:mod:`._credential`), else none (and the
+        ledger refuses it, :class:`~outlive.errors.NotController`, on a keyed work)."""
+        cmd = _command(text)
+        if type(cmd) in _CONTROLLER and self.key is not None and verify(self.key, text, proof):
+            cmd = dataclasses.replace(cmd, credential=self.key)  # type: ignore[arg-type]
+        return cmd
+
+    def check_publisher(self, version: str, proof: str | None) -> None:
+        """A publish from outside a keyed work needs the controller's proof."""
+        if self.keyed() and not verify(self.key, publish_text(version), proof):
+            raise NotController(
+                f"publishing {version!r} to {self.work_id} is the controller's command: the "
+                "update carries no proof of the controller's credential (an attempt's "
+                "activity cannot publish)", work_id=self.work_id, command="PublishInput")
 
     def lookup(self, step: str, key: str | None) -> JournalEntry | None:
         """``WorkState.lookup`` from the index."""
@@ -544,7 +586,7 @@ class _WorkLedger:
     async def silence(self, attempt: Attempt, detail: str) -> None:
         """A step's lease ran out: the attempt is ``unknown``; the driver takes over."""
         if self.current is attempt and attempt.halt is None:
-            self.apply(L.MarkUnknown(attempt=attempt.number, at=self.now()))
+            self.control(L.MarkUnknown(attempt=attempt.number, at=self.now()))
             attempt.halt = "unknown"
             workflow.logger.info("outlive: attempt #%s is unknown (%s)", attempt.number, detail)
         await workflow.wait_condition(lambda: False)
@@ -596,14 +638,17 @@ class _WorkLedger:
             self.input_type = type(inputs)     # a dataclass or model: attempts get one too
         self.snapshot()
         if not self.opened:
+            keyed = self.key is not None and workflow.patched(KEYED_PATCH)
             self.apply(L.OpenWork(policy=self.owner.outlive_policy,
-                                  epoch_floor=self.owner.outlive_epoch_floor))
+                                  epoch_floor=self.owner.outlive_epoch_floor,
+                                  controller_key_hash=L.key_hash(self.key)
+                                  if keyed and self.key is not None else None))
             self.publish(version, inputs)
         errors = 0
         for _ in range(self.owner.outlive_max_attempts):
             cur = self.state.current_attempt
             if not L.is_live(cur):
-                cur = self.apply(L.Admit(at=self.now())).record
+                cur = self.control(L.Admit(at=self.now())).record
             assert cur is not None and cur.pinned_version is not None
             if self.current is not None:
                 self.fresh_instance()
@@ -622,11 +667,11 @@ class _WorkLedger:
                     await self.continue_as_new()
                 if halt in ("unknown", "rebuild"):
                     if halt == "rebuild":
-                        self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
+                        self.control(L.MarkStopped(attempt=cur.number, at=self.now()))
                     continue
                 failed = _step_failure(exc)
                 if failed is None:
-                    self.apply(L.MarkStopped(attempt=cur.number, at=self.now()))
+                    self.control(L.MarkStopped(attempt=cur.number, at=self.now()))
                     if isinstance(exc, OutliveError):
                         raise rejection(exc) from None
                     raise
@@ -641,7 +686,7 @@ class _WorkLedger:
                                          "retries (%s); admitting a successor", cur.number,
                                          step, cause)
                     continue
-                self.apply(L.FailWork(error=error, at=self.now()))
+                self.control(L.FailWork(error=error, at=self.now()))
                 raise self.failure(step, cause, spent, errors) from exc
             if attempt.halt == "continue" and self.state.current_attempt == cur:
                 pass  # finished on the step that asked for continue-as-new: just finish
@@ -696,7 +741,7 @@ class _WorkLedger:
     def publish(self, version: str, parts: Any) -> InputVersion:
         content = _input_parts(parts)
         hashes = {k: content_hash(v) for k, v in content.items()}
-        out = self.apply(L.PublishInput(version=version, parts=hashes, at=self.now()))
+        out = self.control(L.PublishInput(version=version, parts=hashes, at=self.now()))
         if version not in self.contents:
             self.contents[version] = content
             self.bytes += len(self.text(content))
@@ -896,44 +941,47 @@ class Work:
         return await self.outlive.drive(body, inputs, version)
 
     @workflow.update(name=COMMAND_UPDATE)
-    async def outlive_command(self, text: str) -> str:
-        await self.outlive.loaded()
-        cmd = _command(text)
+    async def outlive_command(self, text: str, proof: str = "") -> str:
+        led = self.outlive
+        await led.loaded()
         try:
-            out = self.outlive.apply(cmd)
+            out = led.apply(led.authorised(text, proof))
         except Exception as exc:
             raise rejection(exc) from None
         return codec.dumps(out)
 
     @outlive_command.validator
-    def _outlive_validate(self, text: str) -> None:
+    def _outlive_validate(self, text: str, proof: str = "") -> None:
         led = self.outlive
         try:
-            L.apply(led.state if led.opened else None, _command(text), work_id=led.work_id,
-                    now=led.now())
+            L.apply(led.state if led.opened else None, led.authorised(text, proof),
+                    work_id=led.work_id, now=led.now())
         except Exception as exc:
             raise rejection(exc) from None
 
     @workflow.update(name=PUBLISH_UPDATE)
-    async def outlive_publish(self, version: str, parts: Any) -> str:
+    async def outlive_publish(self, version: str, parts: Any, proof: str = "") -> str:
         led = self.outlive
         await led.loaded()
         if not led.opened:  # sent with the start (start_work): wait until drive opens the work
             await workflow.wait_condition(lambda: led.opened)
         try:
-            rec = self.outlive.publish(version, parts)
+            led.check_publisher(version, proof)
+            rec = led.publish(version, parts)
         except Exception as exc:
             raise rejection(exc) from None
         return codec.dumps(rec)
 
     @outlive_publish.validator
-    def _outlive_validate_publish(self, version: str, parts: Any) -> None:
+    def _outlive_validate_publish(self, version: str, parts: Any, proof: str = "") -> None:
         led = self.outlive
         try:
             hashes = {k: content_hash(v) for k, v in _input_parts(parts).items()}
             if not led.opened:
                 return      # the handler waits until the work opens, then the ledger decides
-            L.apply(led.state, L.PublishInput(version=version, parts=hashes, at=0))
+            led.check_publisher(version, proof)
+            L.apply(led.state, L.PublishInput(version=version, parts=hashes, at=0,
+                                              credential=led.key))
         except Exception as exc:
             raise rejection(exc) from None
 
@@ -957,6 +1005,9 @@ class Work:
 #: controller's verdicts. Opening, publishing (with content) and admitting are the workflow's own.
 _WRITES = (L.Heartbeat, L.MarkUnknown, L.MarkStopped, L.RecordSteps, L.SubmitCandidate,
            L.RecordIntent, L.ConfirmEffect, L.Accept, L.Finish, L.Wait, L.Resume)
+
+
+_CONTROLLER = frozenset(L.CONTROLLER_COMMANDS)
 
 
 def _command(text: str) -> L.Command:

@@ -15,7 +15,7 @@ completion.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
@@ -33,12 +33,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from outlive import codec
 from outlive import ledger as L
+from outlive.controller import default_credential
 from outlive.errors import GaveUp, InvalidRecord, NotFound, WorkFailed
 from outlive.records import InputVersion, WorkState
 from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Rule, StrictCurrent
 from outlive.runtime import WorkStatus, last_error, status_of
 from outlive.supervisor import Completed
 
+from ._credential import prove, publish_text, work_key
 from ._engine import COMMAND_UPDATE, DEPENDABLE_QUERY, PUBLISH_UPDATE, STATE_QUERY, parse_activity_id
 from ._errors import typed_error
 
@@ -59,17 +61,52 @@ async def _update(handle: WorkflowHandle[Any, Any], name: str, *args: Any) -> st
     return out
 
 
+def _proof(secret: str | None, work_id: str, text: str) -> str:
+    """A controller's proof for ``text`` on ``work_id`` (see :mod:`._credential`), or ""."""
+    return prove(work_key(secret, work_id), text) if secret else ""
+
+
 @dataclass(frozen=True)
 class WorkHandle:
-    """A work that runs as a :class:`Work` workflow, seen from a client."""
+    """A work that runs as a :class:`Work` workflow, seen from a client.
+
+    ``credential`` is the controller's secret the workers hold (default: this user's controller
+    key, as for :class:`~outlive.Controller`): the handle proves it on a publish and on a
+    controller's command, and never sends it (:mod:`outlive_temporal._credential`).
+    ``signs=False`` proves nothing: the view an attempt's activity gets.
+    """
 
     handle: WorkflowHandle[Any, Any]
+    credential: str | None = field(default=None, repr=False)
+    signs: bool = True
 
     @classmethod
-    def of(cls, client: Client, workflow_id: str) -> WorkHandle:
-        return cls(client.get_workflow_handle(workflow_id))
+    def of(cls, client: Client, workflow_id: str, *, credential: str | None = None) -> WorkHandle:
+        return cls(client.get_workflow_handle(workflow_id), credential)
 
-    async def state(self) -> WorkState:
+    def _secret(self) -> str | None:
+        if not self.signs:
+            return None
+        return self.credential if self.credential is not None else default_credential()
+
+    async def state(self) -> WorkStatus:
+        """What ``outlive.WorkHandle.state()`` answers on every other backend: the ledger's
+        state and one word for it (``running``, ``waiting``, ``completed``, ``failed`` or
+        ``open``), with the last error."""
+        st = await self.ledger()
+        desc = await self.handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            word = status_of(st, None)
+            word = "open" if word == "completed" else word
+        elif desc.status == WorkflowExecutionStatus.COMPLETED and st.failure is None:
+            word = "completed"
+        else:
+            word = "failed"
+        return WorkStatus(work_id=self.handle.id, kind=st.kind, status=word, state=st,
+                          last_error=last_error(st))
+
+    async def ledger(self) -> WorkState:
+        """The work's ledger state as the workflow holds it (one query, no describe)."""
         raw: str | None = await self.handle.query(STATE_QUERY, result_type=str)
         if raw is None:
             raise NotFound(f"work {self.handle.id!r} is not open yet", work_id=self.handle.id)
@@ -81,13 +118,19 @@ class WorkHandle:
     async def publish(self, version: str, parts: Any) -> InputVersion:
         """A corrected input (a mapping, or the dataclass or model the workflow takes): it
         becomes current; the running attempt stays pinned to its own."""
-        rec = codec.loads(await _update(self.handle, PUBLISH_UPDATE, version, parts))
+        proof = _proof(self._secret(), self.handle.id, publish_text(version))
+        rec = codec.loads(await _update(self.handle, PUBLISH_UPDATE, version, parts, proof))
         assert isinstance(rec, InputVersion)
         return rec
 
     async def execute(self, command: L.Command) -> L.Outcome:
-        """One fenced ledger command, validated by the core ledger inside the workflow."""
-        out = codec.loads(await _update(self.handle, COMMAND_UPDATE, codec.dumps(command)))
+        """One fenced ledger command, validated by the core ledger inside the workflow. A
+        controller's command (``MarkUnknown``, ``MarkStopped``, ``Accept``) goes with the proof
+        of this handle's credential."""
+        text = codec.dumps(command)
+        proof = _proof(self._secret(), self.handle.id, text) \
+            if isinstance(command, L.CONTROLLER_COMMANDS) else ""
+        out = codec.loads(await _update(self.handle, COMMAND_UPDATE, text, proof))
         assert isinstance(out, L.Outcome)
         return out
 
@@ -111,7 +154,7 @@ class WorkHandle:
             if typed is not None:
                 raise typed from None
             raise await self._failed(exc.cause) from None
-        st = await self.state()
+        st = await self.ledger()
         acc = st.latest_acceptance
         if acc is None:
             raise GaveUp(f"work {self.handle.id!r} ended without an accepted result",
@@ -120,7 +163,7 @@ class WorkHandle:
 
     async def _failed(self, cause: BaseException | None) -> WorkFailed:
         try:
-            failure = (await self.state()).failure
+            failure = (await self.ledger()).failure
         except NotFound:
             failure = None
         if failure is not None:
@@ -133,40 +176,32 @@ class WorkHandle:
                           work_id=self.handle.id, type=kind, error=message, traceback=trace)
 
     async def status(self) -> WorkStatus:
-        """``outlive.WorkHandle.state()``'s answer: the ledger's state and one word for it
-        (``running``, ``waiting``, ``completed``, ``failed`` or ``open``), with the last error."""
-        st = await self.state()
-        desc = await self.handle.describe()
-        if desc.status == WorkflowExecutionStatus.RUNNING:
-            word = status_of(st, None)
-            word = "open" if word == "completed" else word
-        elif desc.status == WorkflowExecutionStatus.COMPLETED and st.failure is None:
-            word = "completed"
-        else:
-            word = "failed"
-        return WorkStatus(work_id=self.handle.id, kind=st.kind, status=word, state=st,
-                          last_error=last_error(st))
+        """The same as :meth:`state` (its name before the handles answered alike)."""
+        return await self.state()
 
 
 async def start_work(client: Client, workflow: Any, work_id: str, inputs: Any, *,
-                     task_queue: str, version: str = "v1", **options: Any) -> WorkHandle:
+                     task_queue: str, version: str = "v1", credential: str | None = None,
+                     **options: Any) -> WorkHandle:
     """``outlive.Runtime.start`` on Temporal: start ``workflow`` (its ``run``) with ``inputs`` as
     workflow id ``work_id``, and publish them as ``version`` in the same request
     (update-with-start). Starting an id that is running returns the same execution (Temporal's
     ``USE_EXISTING``); if that work holds ``version`` with other parts, the publish is refused
     with :class:`~outlive.errors.InputConflict`. Returns once the work has opened (its ``run``
-    called ``drive``)."""
+    called ``drive``). ``credential``: as for :class:`WorkHandle` (the publish is proved)."""
+    secret = credential if credential is not None else default_credential()
     options.setdefault("id_conflict_policy", WorkflowIDConflictPolicy.USE_EXISTING)
     op: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
         workflow, inputs, id=work_id, task_queue=task_queue, **options)
     try:
         await client.execute_update_with_start_workflow(
-            PUBLISH_UPDATE, args=[version, inputs], start_workflow_operation=op, result_type=str)
+            PUBLISH_UPDATE, args=[version, inputs, _proof(secret, work_id, publish_text(version))],
+            start_workflow_operation=op, result_type=str)
     except WorkflowUpdateFailedError as exc:
         err = typed_error(exc.cause)
         raise (err or InvalidRecord(f"starting {work_id!r} failed: {exc.cause}")) from None
     handle = await op.workflow_handle()
-    return WorkHandle(client.get_workflow_handle(handle.id))
+    return WorkHandle(client.get_workflow_handle(handle.id), credential)
 
 
 def _rule_text(rule: str | Rule) -> str:
@@ -193,8 +228,11 @@ class AttemptRef:
     step: str
 
     async def execute(self, command: L.Command) -> L.Outcome:
-        """A fenced write by this activity (it must carry this ref's attempt and token)."""
-        return await WorkHandle.of(activity.client(), self.workflow_id).execute(command)
+        """A fenced write by this activity (it must carry this ref's attempt and token). It
+        proves no controller's credential: a controller's command from here is refused
+        (:class:`~outlive.errors.NotController`)."""
+        handle = activity.client().get_workflow_handle(self.workflow_id)
+        return await WorkHandle(handle, signs=False).execute(command)
 
 
 def current_attempt() -> AttemptRef:

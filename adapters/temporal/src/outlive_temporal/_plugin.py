@@ -47,6 +47,7 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import outlive
+from outlive.controller import default_credential
 from outlive.errors import InvalidRecord, OutliveError, Rejected
 
 from ._dispatch import SuperviseWorkflow, next_attempt_activity, run_attempt_activity
@@ -80,6 +81,8 @@ def _run_hints(run_fn: Any) -> list[Any]:
 class _CarryInbound(WorkflowInboundInterceptor):
     #: The store codec's threshold (0: no store).
     store = 0
+    #: The workers' controller secret (None: works open without a credential).
+    secret: str | None = None
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         if isinstance(input.type, type) and issubclass(input.type, Work):
@@ -87,6 +90,7 @@ class _CarryInbound(WorkflowInboundInterceptor):
             hints = _run_hints(input.run_fn)
             inst = workflow.instance()
             inst.__dict__["_outlive_store"] = self.store
+            inst.__dict__["_outlive_secret"] = self.secret
             n = len(hints)
             if len(args) > n and isinstance(args[n], dict) and CARRY_KEY in args[n]:
                 raw = dict(args[n][CARRY_KEY])
@@ -167,8 +171,10 @@ class _StepInbound(ActivityInboundInterceptor):
 
 
 class _Interceptor(Interceptor):
-    def __init__(self, store: int) -> None:
+    def __init__(self, store: int, credential: str | None, keyless: bool) -> None:
         self.store = store
+        self.credential = credential
+        self.keyless = keyless
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _StepInbound(next)
@@ -177,18 +183,32 @@ class _Interceptor(Interceptor):
             self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
         del input
         store = self.store
+        # read when a worker (or a replayer) is built, never by a client alone
+        secret = None if self.keyless else self.credential or default_credential()
 
         class Inbound(_CarryInbound):
             pass
 
         Inbound.store = store
+        Inbound.secret = secret
         return Inbound
 
 
 class OutlivePlugin(SimplePlugin):
-    """outlive's Temporal plugin. ``store``: where large payloads live (by reference)."""
+    """outlive's Temporal plugin. ``store``: where large payloads live (by reference).
 
-    def __init__(self, *, store: BlobStore | None = None, threshold: int = 16 * 1024) -> None:
+    ``credential`` is the workers' controller secret (default: this user's controller key,
+    ``OUTLIVE_CONTROLLER_KEY`` or the per-user key file): each :class:`~outlive_temporal.Work`
+    derives its own credential from it in workflow code and issues the controller's commands
+    with it; activities never receive it. Every worker and replayer of a task queue needs the
+    same one. ``keyless=True`` opens works without a credential (anyone may then send the
+    controller's commands, as before the credential existed).
+    """
+
+    def __init__(self, *, store: BlobStore | None = None, threshold: int = 16 * 1024,
+                 credential: str | None = None, keyless: bool = False) -> None:
+        if credential is not None and (type(credential) is not str or not credential):
+            raise InvalidRecord("credential must be a non-empty string", field="credential")
         self.store = store
         converter: Any = None
         if store is not None:
@@ -206,7 +226,8 @@ class OutlivePlugin(SimplePlugin):
             workflows=[LedgerWorkflow, SuperviseWorkflow],
             activities=[run_attempt_activity, next_attempt_activity],
             workflow_runner=_runner,
-            interceptors=[_Interceptor(threshold if store is not None else 0)],
+            interceptors=[_Interceptor(threshold if store is not None else 0, credential,
+                                       keyless)],
             workflow_failure_exception_types=failures,
         )
 
