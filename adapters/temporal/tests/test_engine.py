@@ -15,9 +15,18 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from outlive import ledger as L
-from outlive.errors import NotFound, PayloadTooLarge
-from outlive.records import AttemptState
-from outlive_temporal import DevServer, FileStore, OutlivePlugin, WorkHandle, typed_error
+from outlive.errors import InvalidRecord, NotFound, PayloadTooLarge
+from outlive.records import AttemptState, Contract
+from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Requires, StrictCurrent
+from outlive_temporal import (
+    DevServer,
+    FileStore,
+    OutlivePlugin,
+    WorkHandle,
+    rule_from_text,
+    rule_to_text,
+    typed_error,
+)
 
 
 def _id(prefix: str) -> str:
@@ -40,6 +49,24 @@ async def _history_events(client: Client, wid: str) -> list[Any]:
     return [e async for e in client.get_workflow_handle(wid).fetch_history_events()]
 
 
+@pytest.mark.parametrize("rule", [
+    StrictCurrent(), StrictCurrent(fail_open=True), LatestAccepted(),
+    PinnedVersion(version="v2"), LatestFinished(contract=Requires(name="q3", version="2")),
+    StrictCurrent(contract=Requires(name="q3@x", version="1:b", assessor="judge:v4")),
+    PinnedVersion(version="v@1", contract=Contract(name="q3", version="2", assessor="judge")),
+])
+def test_a_rules_text_names_its_contract_and_reads_back_the_same_rule(rule: Any) -> None:
+    assert rule_from_text(rule_to_text(rule)) == rule
+
+
+@pytest.mark.parametrize("text", ["strictest", "strict@q3", "strict@q3:1:a:b", "strict@:1",
+                                  "pinned:", '{"rule": "pinned"}', '{"rule": "strict", '
+                                  '"contract": {"name": "q3"}}', "{", 7])
+def test_a_bad_rule_text_is_a_typed_error(text: Any) -> None:
+    with pytest.raises(InvalidRecord):
+        rule_from_text(text)
+
+
 async def test_steps_run_as_the_users_activities_and_restore_by_input_key(
         client: Client, queue: str) -> None:
     wid = _id("digest/plain")
@@ -53,6 +80,15 @@ async def test_steps_run_as_the_users_activities_and_restore_by_input_key(
     assert st.acceptances[0].version == "v1"
     dep = await WorkHandle.of(client, wid).dependable("strict")
     assert dep is not None and dep["content"] == {"digest": "A B"}
+    # a consumer names the contract it requires (the work's is accepted/1 by "workflow")
+    work = WorkHandle.of(client, wid)
+    assert await work.dependable("strict@accepted:1") == dep
+    assert await work.dependable("strict@accepted:1:workflow") == dep
+    assert await work.dependable(StrictCurrent(contract=Contract(
+        name="accepted", version="1", assessor="workflow"))) == dep
+    assert await work.dependable("strict@accepted:2") is None
+    assert await work.dependable("pinned:v1@accepted:1:someone-else") is None
+    assert await work.dependable(LatestAccepted(contract=Requires(name="q3", version="1"))) is None
     # only the user's activities ran: no outlive activity, no update per step
     events = await _history_events(client, wid)
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events

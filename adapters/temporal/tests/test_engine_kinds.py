@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 from outlive.errors import GaveUp, InputConflict, NotFound, WorkFailed
 from outlive.records import AttemptState
 from outlive.rules import StrictCurrent
+from outlive.runtime import WorkStatus
 from outlive_temporal import DevServer, OutlivePlugin, WorkHandle, start_work, typed_error
 
 
@@ -199,8 +200,9 @@ async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
         client: Client, queue: str) -> None:
     """A work is the user's workflow execution: starting its running id again returns the
     same execution, and with other parts for ``v1`` is an ``InputConflict``; ``result()`` is
-    ``Completed`` with the acceptance, or ``WorkFailed`` naming the error; ``status()`` is the
-    runtime's ``WorkStatus``; ``dependable`` takes a rule."""
+    ``Completed`` with the acceptance, or ``WorkFailed`` naming the error; ``state()`` answers
+    the runtime's ``WorkStatus`` (as ``outlive.WorkHandle.state()`` does on sqlite and
+    postgresql), ``ledger()`` the raw ``WorkState``; ``dependable`` takes a rule."""
     wid = _id("kinds/handle")
     tag = uuid.uuid4().hex[:6]
     report = {"s1": f"h1-{tag}", "s2": f"h2-{tag}"}
@@ -211,7 +213,9 @@ async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
         await start_work(client, app.ApprovedWork.run, wid, {**report, "s2": "other"},
                          task_queue=queue)
     await _wait_for(first, lambda st: st.attempts and st.attempts[-1].state is AttemptState.WAITING)
-    assert (await first.state()).status == "waiting"
+    waiting = await first.state()
+    assert isinstance(waiting, WorkStatus) and waiting.status == "waiting"
+    assert waiting.work_id == wid and waiting.state == await first.ledger()
     await first.handle.execute_update(app.ApprovedWork.approve, "ann")
     done = await again.result()
     assert done.work_id == wid and done.acceptance.version == "v1"

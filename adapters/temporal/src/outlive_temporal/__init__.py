@@ -14,7 +14,7 @@ from typing import Any
 
 from ._backend import StepReport, TemporalBackend, workflow_id
 from ._dispatch import TemporalDispatcher
-from ._engine import Attempt, Work
+from ._engine import Attempt, Work, rule_from_text, rule_to_text
 from ._errors import typed_error
 from ._handle import AttemptRef, WorkHandle, current_attempt, start_work
 from ._plugin import OutlivePlugin
@@ -22,7 +22,8 @@ from ._store import BlobStore, FileStore, StoreCodec
 
 __all__ = ["Attempt", "AttemptRef", "BlobStore", "DevServer", "FileStore", "OutlivePlugin",
            "StepReport", "StoreCodec", "TemporalBackend", "TemporalDispatcher", "Work", "WorkHandle",
-           "current_attempt", "start_work", "typed_error", "workflow_id"]
+           "current_attempt", "rule_from_text", "rule_to_text", "start_work", "typed_error",
+           "workflow_id"]
 
 
 def __getattr__(name: str) -> Any:

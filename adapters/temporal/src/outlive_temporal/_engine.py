@@ -66,13 +66,21 @@ with workflow.unsafe.imports_passed_through():
     from outlive.records import (
         Attempt as AttemptRecord,
     )
-    from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Rule, StrictCurrent, dependable
+    from outlive.rules import (
+        LatestAccepted,
+        LatestFinished,
+        PinnedVersion,
+        Requires,
+        Rule,
+        StrictCurrent,
+        dependable,
+    )
 
     from ._credential import publish_text, verify, work_key
     from ._errors import rejection
 
 __all__ = ["CARRY_KEY", "COMMAND_UPDATE", "DEPENDABLE_QUERY", "PUBLISH_UPDATE", "STATE_QUERY", "engine_now",
-           "Attempt", "Work", "activity_id", "parse_activity_id", "rule_from_text"]
+           "Attempt", "Work", "activity_id", "parse_activity_id", "rule_from_text", "rule_to_text"]
 
 T = TypeVar("T")
 
@@ -117,16 +125,95 @@ def engine_now() -> int:
 
 
 def rule_from_text(text: str) -> Rule:
-    """``strict`` | ``latest_accepted`` | ``latest_finished`` | ``pinned:<version>``."""
-    if text == "strict":
-        return StrictCurrent()
-    if text == "latest_accepted":
-        return LatestAccepted()
-    if text == "latest_finished":
-        return LatestFinished()
-    if text.startswith("pinned:"):
-        return PinnedVersion(version=text[len("pinned:"):])
-    raise InvalidRecord(f"unknown rule {text!r}")
+    """A consumer's rule from its text, as the ``outlive_dependable`` query takes it.
+
+    ``strict`` | ``latest_accepted`` | ``latest_finished`` | ``pinned:<version>``, optionally
+    followed by the contract the consumer requires: ``@<name>:<version>`` or
+    ``@<name>:<version>:<assessor>`` (``strict@q3-digest:2``). An acceptance under another
+    contract is then not dependable for this consumer, as with :func:`outlive.dependable`.
+    Or the JSON form :func:`rule_to_text` writes for a rule object (any names, ``fail_open``, an
+    exact :class:`~outlive.records.Contract`).
+    """
+    if type(text) is not str:
+        raise InvalidRecord(f"a rule's text is a string, not {type(text).__name__}", field="rule")
+    if text.startswith("{"):
+        return _rule_from_json(text)
+    base, at, required = text.partition("@")
+    contract: Requires | None = None
+    if at:
+        fields = required.split(":")
+        if len(fields) not in (2, 3) or not all(fields):
+            raise InvalidRecord(f"rule {text!r}: a contract is @<name>:<version>[:<assessor>]",
+                                field="rule")
+        contract = Requires(name=fields[0], version=fields[1],
+                            assessor=fields[2] if len(fields) == 3 else None)
+    if base == "strict":
+        return StrictCurrent(contract=contract)
+    if base == "latest_accepted":
+        return LatestAccepted(contract=contract)
+    if base == "latest_finished":
+        return LatestFinished(contract=contract)
+    if base.startswith("pinned:") and len(base) > len("pinned:"):
+        return PinnedVersion(version=base[len("pinned:"):], contract=contract)
+    raise InvalidRecord(f"unknown rule {text!r}", field="rule")
+
+
+_RULE_NAMES: dict[type, str] = {StrictCurrent: "strict", LatestAccepted: "latest_accepted",
+                                LatestFinished: "latest_finished", PinnedVersion: "pinned"}
+
+
+def rule_to_text(rule: str | Rule) -> str:
+    """A rule object as the text :func:`rule_from_text` reads back to the same rule."""
+    if isinstance(rule, str):
+        return rule
+    name = _RULE_NAMES.get(type(rule))
+    if name is None:
+        raise InvalidRecord(f"no Temporal query answers rule {type(rule).__name__}", field="rule")
+    contract = rule.contract
+    fail_open = isinstance(rule, StrictCurrent) and rule.fail_open
+    if contract is None and not fail_open:
+        return f"pinned:{rule.version}" if isinstance(rule, PinnedVersion) else name
+    data: dict[str, Any] = {"rule": name}
+    if isinstance(rule, PinnedVersion):
+        data["version"] = rule.version
+    if fail_open:
+        data["fail_open"] = True
+    if contract is not None:
+        data["contract"] = {"name": contract.name, "version": contract.version,
+                            "assessor": contract.assessor,
+                            "exact": isinstance(contract, Contract)}
+    return json.dumps(data, sort_keys=True)
+
+
+def _rule_from_json(text: str) -> Rule:
+    try:
+        data = json.loads(text)
+        name = data["rule"]
+        raw = data.get("contract")
+        contract: Requires | Contract | None = None
+        if raw is not None:
+            if not all(isinstance(raw.get(k), str) and raw[k] for k in ("name", "version")) \
+                    or not isinstance(raw.get("assessor"), (str, type(None))):
+                raise ValueError("a contract names a name and a version")
+            if raw.get("exact"):
+                if not raw.get("assessor"):
+                    raise ValueError("an exact contract names its assessor")
+                contract = Contract(name=raw["name"], version=raw["version"],
+                                    assessor=raw["assessor"])
+            else:
+                contract = Requires(name=raw["name"], version=raw["version"],
+                                    assessor=raw.get("assessor"))
+        if name == "strict":
+            return StrictCurrent(contract=contract, fail_open=bool(data.get("fail_open")))
+        if name == "latest_accepted":
+            return LatestAccepted(contract=contract)
+        if name == "latest_finished":
+            return LatestFinished(contract=contract)
+        if name == "pinned" and isinstance(data.get("version"), str) and data["version"]:
+            return PinnedVersion(version=data["version"], contract=contract)
+        raise ValueError(f"unknown rule {name!r}")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InvalidRecord(f"rule {text[:200]!r}: {exc}", field="rule") from None
 
 
 class _Halt(Exception):

@@ -36,12 +36,19 @@ from outlive import ledger as L
 from outlive.controller import default_credential
 from outlive.errors import GaveUp, InvalidRecord, NotFound, WorkFailed
 from outlive.records import InputVersion, WorkState
-from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Rule, StrictCurrent
+from outlive.rules import Rule
 from outlive.runtime import WorkStatus, last_error, status_of
 from outlive.supervisor import Completed
 
 from ._credential import prove, publish_text, work_key
-from ._engine import COMMAND_UPDATE, DEPENDABLE_QUERY, PUBLISH_UPDATE, STATE_QUERY, parse_activity_id
+from ._engine import (
+    COMMAND_UPDATE,
+    DEPENDABLE_QUERY,
+    PUBLISH_UPDATE,
+    STATE_QUERY,
+    parse_activity_id,
+    rule_to_text,
+)
 from ._errors import typed_error
 
 __all__ = ["AttemptRef", "WorkHandle", "current_attempt", "start_work"]
@@ -135,10 +142,10 @@ class WorkHandle:
         return out
 
     async def dependable(self, rule: str | Rule = "strict") -> dict[str, Any] | None:
-        """What a consumer may rely on under ``rule`` (a :mod:`outlive.rules` rule, or its text:
-        ``strict`` | ``latest_accepted`` | ``latest_finished`` | ``pinned:<version>``):
+        """What a consumer may rely on under ``rule`` (a :mod:`outlive.rules` rule, its
+        ``contract`` included, or its text, see :func:`~outlive_temporal.rule_from_text`):
         ``{"digest", "version", "content"}``, or None."""
-        res: dict[str, Any] | None = await self.handle.query(DEPENDABLE_QUERY, _rule_text(rule))
+        res: dict[str, Any] | None = await self.handle.query(DEPENDABLE_QUERY, rule_to_text(rule))
         return res
 
     async def result(self, *, timeout: float | None = None) -> Completed:
@@ -202,20 +209,6 @@ async def start_work(client: Client, workflow: Any, work_id: str, inputs: Any, *
         raise (err or InvalidRecord(f"starting {work_id!r} failed: {exc.cause}")) from None
     handle = await op.workflow_handle()
     return WorkHandle(client.get_workflow_handle(handle.id), credential)
-
-
-def _rule_text(rule: str | Rule) -> str:
-    if isinstance(rule, str):
-        return rule
-    if isinstance(rule, StrictCurrent):
-        return "strict"
-    if isinstance(rule, LatestAccepted):
-        return "latest_accepted"
-    if isinstance(rule, LatestFinished):
-        return "latest_finished"
-    if isinstance(rule, PinnedVersion):
-        return f"pinned:{rule.version}"
-    raise InvalidRecord(f"no Temporal query answers rule {type(rule).__name__}")
 
 
 @dataclass(frozen=True)
