@@ -4,7 +4,8 @@ The supervisor (this test process) opens the work on a SQLite ledger, admits att
 dispatches it to Temporal, then stops supervising. Two worker processes run the attempts; the one
 running step s2 is SIGKILLed. Temporal's heartbeat timeout on the attempt's activity starts the
 takeover: the engine marks #1 unknown, admits #2 and runs it on the other worker, which restores
-s1, judges its own candidate on the way and finishes the work.
+s1 and finishes the work; its candidate is judged on the way by the judge activity the engine
+runs beside each attempt (the attempt's own activity holds no controller credential).
 """
 
 from __future__ import annotations
@@ -68,5 +69,13 @@ async def test_the_engine_takes_over_a_killed_attempt_with_no_supervisor_left(
         assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2), ("s3", 2)]
         assert st.latest_acceptance is not None and st.latest_acceptance.version == "v1"
         assert not (tmp_path / f"{tag}.started.s1.2").exists()   # restored, not re-run
+        # the attempt's activity holds no controller: a judge activity beside each attempt
+        # judged #2's candidate (the attempt waited for it in ctx.submit)
+        events = [e async for e in client.get_workflow_handle(
+            supervise_workflow_id(work_id)).fetch_history_events()]
+        kinds = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+        assert kinds.count("outlive_run_attempt") == 2
+        assert kinds.count("outlive_judge_attempt") == 2
     finally:
         await backend.close()

@@ -8,8 +8,11 @@ From then on the engine does the rest, with its own timers and its own cancel:
 
 * each attempt runs as an activity (``outlive_run_attempt``: the core's ``run_attempt``, the
   attempt function imported by name) whose **heartbeat timeout is the lease** (the activity
-  heartbeats every ``lease.heartbeat_interval`` while the attempt runs, and judges the candidates
-  it submits on the way, so an attempt waiting in ``ctx.submit`` needs no supervisor process);
+  heartbeats every ``lease.heartbeat_interval`` while the attempt runs). It holds no
+  controller: beside it the workflow runs ``outlive_judge_attempt``, another activity, which
+  judges the candidates the attempt submits on the way (so an attempt waiting in
+  ``ctx.submit`` needs no supervisor process) with the controller's credential, which the
+  attempt's activity never holds;
 * when the activity times out, fails or ends, an activity (``outlive_next_attempt``) applies the
   supervisor's own rules to the ledger — mark the attempt ``unknown``, judge, admit the successor
   (capped per version, with the definition's backoff as a durable timer) — and the workflow runs
@@ -32,6 +35,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from outlive import codec
@@ -49,7 +53,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 __all__ = ["SUPERVISE_WORKFLOW", "AttemptArgs", "NextAttempt", "SuperviseWorkflow",
-           "TemporalDispatcher", "next_attempt_activity", "run_attempt_activity"]
+           "TemporalDispatcher", "judge_attempt_activity", "next_attempt_activity",
+           "run_attempt_activity"]
 
 SUPERVISE_WORKFLOW = "OutliveSupervise"
 
@@ -136,31 +141,42 @@ def _args_of(a: Assignment, data: dict[str, Any]) -> AttemptArgs:
 
 @activity.defn(name="outlive_run_attempt")
 async def run_attempt_activity(args: AttemptArgs) -> None:
-    """Run one attempt here; the activity heartbeat is its lease. Candidates it submits are
-    judged on the way (no supervisor process needs to be alive)."""
+    """Run one attempt here; the activity heartbeat is its lease. It holds no controller (no
+    supervisor, no credential): ``outlive_judge_attempt`` judges its candidates."""
     d = definition_from_data(args.definition)
     backend = await _backend(args.backend_url)
-    sup = Supervisor(backend, d, _Capture())
     assignment = Assignment(backend_url=args.backend_url, work_id=d.work_id, attempt=args.attempt,
                             token=args.token, pinned_version=args.pinned_version,
                             function=d.attempt_ref, definition=d)
 
-    async def beat_and_judge() -> None:
+    async def beat() -> None:
         while True:
             activity.heartbeat()
-            with contextlib.suppress(Exception):   # a judge that fails now judges next beat
-                st = await backend.load(d.work_id)
-                if st is not None and st.candidates:
-                    await sup.judge(st)
             await asyncio.sleep(d.lease.heartbeat_interval / 1000)
 
-    lease = asyncio.create_task(beat_and_judge())
+    lease = asyncio.create_task(beat())
     try:
         await run_attempt(backend, assignment)
     finally:
         lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await lease
+
+
+@activity.defn(name="outlive_judge_attempt")
+async def judge_attempt_activity(args: AttemptArgs) -> None:
+    """The controller beside a running attempt: judges the candidates it submits, every
+    heartbeat interval, until the workflow cancels it (the attempt ended)."""
+    d = definition_from_data(args.definition)
+    backend = await _backend(args.backend_url)
+    sup = Supervisor(backend, d, _Capture())
+    while True:
+        activity.heartbeat()
+        with contextlib.suppress(Exception):   # a judge that fails now judges next beat
+            st = await backend.load(d.work_id)
+            if st is not None and st.candidates:
+                await sup.judge(st)
+        await asyncio.sleep(d.lease.heartbeat_interval / 1000)
 
 
 @activity.defn(name="outlive_next_attempt")
@@ -214,8 +230,15 @@ class SuperviseWorkflow:
                 heartbeat_timeout=timedelta(milliseconds=beat * missed),
                 start_to_close_timeout=timedelta(days=7),
                 retry_policy=RetryPolicy(maximum_attempts=1))
+            judge = workflow.start_activity(
+                judge_attempt_activity, cur, activity_id=f"judge-{cur.attempt}-{cur.token}",
+                heartbeat_timeout=timedelta(milliseconds=beat * missed),
+                start_to_close_timeout=timedelta(days=7),
+                cancellation_type=ActivityCancellationType.TRY_CANCEL,
+                retry_policy=RetryPolicy(maximum_interval=timedelta(milliseconds=beat * missed)))
             number = cur.attempt
             await workflow.wait_condition(functools.partial(self._ended, handle, number))
+            judge.cancel()
             if not handle.done():
                 handle.cancel()
             silent = False

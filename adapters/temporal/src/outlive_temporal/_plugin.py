@@ -50,7 +50,12 @@ import outlive
 from outlive.controller import default_credential
 from outlive.errors import InvalidRecord, OutliveError, Rejected
 
-from ._dispatch import SuperviseWorkflow, next_attempt_activity, run_attempt_activity
+from ._dispatch import (
+    SuperviseWorkflow,
+    judge_attempt_activity,
+    next_attempt_activity,
+    run_attempt_activity,
+)
 from ._engine import CARRY_KEY, Work, _Carry, parse_activity_id
 from ._store import BlobStore, StoreCodec
 from ._workflow import LedgerWorkflow
@@ -224,7 +229,7 @@ class OutlivePlugin(SimplePlugin):
             "outlive.OutlivePlugin",
             data_converter=converter,
             workflows=[LedgerWorkflow, SuperviseWorkflow],
-            activities=[run_attempt_activity, next_attempt_activity],
+            activities=[run_attempt_activity, judge_attempt_activity, next_attempt_activity],
             workflow_runner=_runner,
             interceptors=[_Interceptor(threshold if store is not None else 0, credential,
                                        keyless)],
