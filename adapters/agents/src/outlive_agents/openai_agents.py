@@ -53,12 +53,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import asyncio
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 
 from outlive.errors import ConfigError
 
@@ -90,8 +91,21 @@ _RUN: ContextVar[_Run | None] = ContextVar("outlive_agents_openai_run", default=
 _OWN: ContextVar[bool] = ContextVar("outlive_agents_openai_own", default=False)
 
 
+def _named(value: Any) -> str:
+    return type(value).__name__
+
+
 def _key_value(value: Any) -> Any:
-    return to_journal(jsonable(to_jsonable_python(value, fallback=lambda v: type(v).__name__)))
+    return to_journal(jsonable(to_jsonable_python(value, fallback=_named)))
+
+
+def _digest(value: Any) -> str:
+    """What a model call's key reads of ``value`` (a part of the activity's input, as JSON): the
+    SHA-256 of its JSON text, written once by pydantic-core. The conversation grows with every
+    turn; hashing its text once is the whole of the work, where a JSON-like copy, a float pass
+    and a canonical text were three passes over it per call. The SDK writes the same input the
+    same way (its items in their order), so an unchanged conversation has the same digest."""
+    return "sha256:" + hashlib.sha256(to_json(value, fallback=_named)).hexdigest()
 
 
 def _options(input: StartActivityInput) -> dict[str, Any]:
@@ -112,15 +126,16 @@ async def _recorded(run: _Run, input: StartActivityInput) -> Any:
     try:
         a, opts = run.attempt, _options(input)
         if input.activity == MODEL_ACTIVITY:
-            # the activity's input as JSON once (no deep copy first): what the key is made of
-            asked = _key_value(input.args[0]) if input.args else {}
+            # the activity's input as JSON-like values once (pydantic-core, no deep copy), each
+            # read hashed from its JSON text: what the key is made of
+            asked = to_jsonable_python(input.args[0], fallback=_named) if input.args else {}
             asked = asked if isinstance(asked, dict) else {}
             turn = run.model_calls
             run.model_calls += 1
-            reads = {"conversation": {k: asked.get(k) for k in _ASKED},
-                     "model_settings": {"model": asked.get("model_name"),
-                                        "settings": asked.get("model_settings")},
-                     "tool_schemas": asked.get("tools")}
+            reads = {"conversation": _digest({k: asked.get(k) for k in _ASKED}),
+                     "model_settings": _digest({"model": asked.get("model_name"),
+                                                "settings": asked.get("model_settings")}),
+                     "tool_schemas": _digest(asked.get("tools"))}
             return await a.step(f"model:{turn}", input.activity, *input.args, reads=reads,
                                 external=tuple(reads), **opts)
         args = _key_value(list(input.args))

@@ -544,6 +544,8 @@ class _WorkLedger:
         #: A restore is a dict look-up, not a scan of the journal (a run after continue-as-new
         #: restores every earlier step in its first workflow task).
         self._index = JournalIndex()
+        #: id of a step's retry policy -> (that policy, the same never retrying a timeout).
+        self._policies: dict[int, tuple[RetryPolicy, RetryPolicy]] = {}
         if carry is not None:
             st = codec.loads(carry.state)
             if not isinstance(st, WorkState):
@@ -657,13 +659,22 @@ class _WorkLedger:
         retrying a timeout (silence is the driver's), and the lease as heartbeat timeout."""
         opts = dict(options)
         policy: RetryPolicy = opts.get("retry_policy") or self.owner.outlive_retry
-        kept = list(policy.non_retryable_error_types or ())
-        opts["retry_policy"] = dataclasses.replace(
-            policy, non_retryable_error_types=[*kept, *(t for t in SILENCE if t not in kept)])
+        opts["retry_policy"] = self._silent_policy(policy)
         opts.setdefault("heartbeat_timeout", self.owner.outlive_heartbeat)
         if "start_to_close_timeout" not in opts and "schedule_to_close_timeout" not in opts:
             opts["start_to_close_timeout"] = self.owner.outlive_step_timeout
         return opts
+
+    def _silent_policy(self, policy: RetryPolicy) -> RetryPolicy:
+        """``policy`` never retrying a timeout, made once per policy (a step asks every time)."""
+        done = self._policies.get(id(policy))
+        if done is not None and done[0] is policy:
+            return done[1]
+        kept = list(policy.non_retryable_error_types or ())
+        silent = dataclasses.replace(
+            policy, non_retryable_error_types=[*kept, *(t for t in SILENCE if t not in kept)])
+        self._policies[id(policy)] = (policy, silent)
+        return silent
 
     # -- the driver ------------------------------------------------------------------------------
     def check_live(self, attempt: Attempt) -> None:
