@@ -48,8 +48,47 @@ def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) ->
         fut.set_exception(exc)
 
 
-#: A call for the thread: the function, and the loop (or a stand-in) and future its answer goes to.
-_Job = tuple[Callable[[], Any], Any, Any]
+#: A call for the thread: the function, the loop (or a stand-in) and future its answer goes to,
+#: and whether it may share a transaction with the calls next to it (:class:`_Group`).
+_Job = tuple[Callable[[], Any], Any, Any, bool]
+
+#: At most this many calls share one commit: the write lock is held for the batch's Python.
+_GROUP_MAX = 64
+
+
+class _Group:
+    """What the writer thread needs to let queued commands share one transaction.
+
+    ``begin()`` before the first, ``commit()`` after the last (raises if it failed or a
+    command broke the shared transaction: then ``abort()`` and each runs again on its own).
+    """
+
+    def begin(self) -> None:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def broken(self) -> bool:
+        raise NotImplementedError
+
+
+def _one(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    try:
+        return fn(), None
+    except BaseException as exc:  # handed to the caller, as an executor would
+        return None, exc
+
+
+def _answer(loop: Any, fut: Any, result: Any, error: BaseException | None) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, fut, result, error)
+    except RuntimeError:
+        pass  # the loop was closed meanwhile: nobody is waiting
 
 
 def _nothing() -> None:
@@ -94,6 +133,10 @@ class _Answers:
                              error: BaseException | None) -> None:
         """On the writer thread: ``_settle(fut, result, error)`` on the loop, soon."""
         self.done.append((fut, result, error))
+        self.wake()
+
+    def wake(self) -> None:
+        """On the writer thread: the loop settles what is queued (one byte for any number)."""
         try:
             self._write.send(b"\0")
         except (BlockingIOError, InterruptedError):
@@ -140,7 +183,7 @@ class _Writer:
     process's would be (the file stays whole; the caller's loop is gone anyway).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, group: _Group | None = None) -> None:
         self._jobs: collections.deque[_Job | None] = collections.deque()
         self._wake, waiter = socket.socketpair()
         self._wake.setblocking(False)
@@ -150,7 +193,8 @@ class _Writer:
         self._plain = False
         # The thread holds the deque, its socket and the box, not this object: a backend dropped
         # without close() still ends its thread (the finalizer asks it to stop).
-        self._thread = threading.Thread(target=self._run, args=(self._jobs, waiter, self._box),
+        self._thread = threading.Thread(target=self._run,
+                                        args=(self._jobs, waiter, self._box, group),
                                         name="outlive-sqlite", daemon=True)
         self._thread.start()
         weakref.finalize(self, self._close, self._jobs, self._wake)
@@ -172,7 +216,7 @@ class _Writer:
 
     @staticmethod
     def _run(jobs: collections.deque[_Job | None], waiter: socket.socket,
-             box: list[_Answers | None]) -> None:
+             box: list[_Answers | None], group: _Group | None) -> None:
         try:
             while True:
                 woken = waiter.recv(4096)
@@ -180,18 +224,20 @@ class _Writer:
                     job = jobs.popleft()
                     if job is None:
                         return
-                    fn, loop, fut = job
-                    result: Any = None
-                    error: BaseException | None = None
-                    try:
-                        result = fn()
-                    except BaseException as exc:  # handed to the caller, as an executor would
-                        error = exc
-                    try:
-                        loop.call_soon_threadsafe(_settle, fut, result, error)
-                    except RuntimeError:
-                        pass  # the loop was closed meanwhile: nobody is waiting
-                    del job, fn, loop, fut, result, error
+                    nxt = jobs[0] if jobs else None
+                    if group is not None and job[3] and nxt is not None and nxt[3]:
+                        batch = [job]
+                        while len(batch) < _GROUP_MAX and jobs:
+                            nxt = jobs[0]
+                            if nxt is None or not nxt[3]:
+                                break
+                            batch.append(nxt)
+                            jobs.popleft()
+                        _Writer._run_group(batch, group)
+                        del batch
+                    else:
+                        _answer(job[1], job[2], *_one(job[0]))
+                    del job, nxt
                 if not woken:
                     return   # the other end is closed and nothing is left to run
         finally:
@@ -203,14 +249,49 @@ class _Writer:
                 except RuntimeError:
                     answers.close()   # the loop is closed: nothing reads it any more
 
-    def call(self, fn: Callable[[], T]) -> asyncio.Future[T]:
-        """``fn()`` on the thread; await the future for its value (or its exception)."""
+    @staticmethod
+    def _run_group(batch: list[_Job], group: _Group) -> None:
+        """Commands queued together share one transaction and one commit (one fsync for the
+        batch, where each had its own); their answers wait for that commit. If the commit
+        fails, or a command breaks the shared transaction, nothing of the batch landed: each
+        runs again on its own, as it would have without the batch."""
+        done: list[tuple[Any, BaseException | None]] = []
+        try:
+            group.begin()
+            for job in batch:
+                done.append(_one(job[0]))
+                if group.broken:
+                    raise RuntimeError("the shared transaction was broken")
+            group.commit()
+        except BaseException:
+            group.abort()
+            for job in batch:
+                _answer(job[1], job[2], *_one(job[0]))
+            return
+        woken: list[_Answers] = []
+        for job, (result, error) in zip(batch, done, strict=True):
+            loop = job[1]
+            if type(loop) is _Answers:   # queued now, one wake-up per loop below
+                loop.done.append((job[2], result, error))
+                if loop not in woken:
+                    woken.append(loop)
+            else:
+                _answer(loop, job[2], result, error)
+        for answers in woken:
+            answers.wake()
+
+    def call(self, fn: Callable[[], T], *, grouped: bool = False) -> asyncio.Future[T]:
+        """``fn()`` on the thread; await the future for its value (or its exception).
+
+        ``grouped``: ``fn`` is a ledger command or read that may share a transaction with the
+        grouped calls queued beside it; its answer waits for that transaction's commit (a read
+        may see the batch's writes, so it must not be answered before they are durable)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         answers: Any = self._answers
         if answers is None or answers.loop is not loop:
             answers = self._answers_for(loop)
-        self._post(self._jobs, self._wake, (fn, answers, fut))
+        self._post(self._jobs, self._wake, (fn, answers, fut, grouped))
         return fut
 
     def _answers_for(self, loop: asyncio.AbstractEventLoop) -> Any:
@@ -227,12 +308,36 @@ class _Writer:
     def wait(self) -> None:
         """Block until every call asked so far has finished (from any thread but this one)."""
         finished = threading.Event()
-        self._post(self._jobs, self._wake, (_nothing, _NoLoop(finished), None))
+        self._post(self._jobs, self._wake, (_nothing, _NoLoop(finished), None, False))
         finished.wait()
 
     def stop(self) -> None:
         """The thread ends once the calls asked before this have run."""
         self._close(self._jobs, self._wake)
+
+
+class _StoreGroup(_Group):
+    """:class:`_Group` on this backend's store and connection (the writer thread's only)."""
+
+    def __init__(self, store: SqliteLedgerStore, conn: list[sqlite3.Connection | None]) -> None:
+        self._store = store
+        self._conn = conn
+
+    def begin(self) -> None:
+        self._store.begin_group()
+
+    def commit(self) -> None:
+        conn = self._conn[0]
+        if conn is None:
+            raise BackendUnavailable("the backend was closed")
+        self._store.commit_group(conn)
+
+    def abort(self) -> None:
+        self._store.abort_group(self._conn[0])
+
+    @property
+    def broken(self) -> bool:
+        return self._store.group_broken
 
 
 def _unreadable_wal(path: str) -> bool:
@@ -255,17 +360,19 @@ class SqliteBackend(Backend):
         #: Opened read-only: nothing is created, every write is refused before it starts.
         self.read_only = mode == "ro"
         self._conn: sqlite3.Connection | None = None
+        #: The connection, for the writer thread's group commits (set once it is open).
+        self._conn_box: list[sqlite3.Connection | None] = [None]
         self._thread: _Writer | None = None
         #: Seconds to wait for another process's write lock before BackendUnavailable.
         self.lock_timeout = 30.0
         self.ledger = SqliteLedgerStore(self.path, lock_timeout=self.lock_timeout,
                                         wait=time.sleep)
 
-    def _call(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def _call(self, fn: Callable[..., T], *args: Any, grouped: bool = False) -> asyncio.Future[T]:
         """``fn(connection, *args)`` on the backend's own thread (await the future)."""
         if self._conn is None or self._thread is None:
             raise BackendUnavailable(f"{self.url}: backend not started (use open_backend)")
-        return self._thread.call(functools.partial(fn, self._conn, *args))
+        return self._thread.call(functools.partial(fn, self._conn, *args), grouped=grouped)
 
     def _layout(self, conn: sqlite3.Connection) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -302,9 +409,9 @@ class SqliteBackend(Backend):
             raise BackendUnavailable(f"{self.url}: directory {parent} does not exist", url=self.url)
         if self.read_only and not os.path.isfile(self.path):
             raise BackendUnavailable(f"{self.url}: no database file at {self.path}", url=self.url)
-        self._thread = _Writer()
+        self._thread = _Writer(_StoreGroup(self.ledger, self._conn_box))
         try:
-            self._conn = await self._thread.call(self._open)
+            self._conn = self._conn_box[0] = await self._thread.call(self._open)
         except OutliveError:
             self._thread.stop()
             self._thread = None
@@ -330,11 +437,11 @@ class SqliteBackend(Backend):
             raise ConfigError(f"{self.url}: opened read-only (mode=ro); nothing was written",
                               url=self.url)
         self.ledger.lock_timeout = self.lock_timeout
-        return await self._call(self.ledger.run, work_id, command)
+        return await self._call(self.ledger.run, work_id, command, grouped=True)
 
     async def load(self, work_id: str) -> WorkState | None:
         # a copy (made by the store): its cached state is not reachable by the caller
-        return await self._call(self.ledger.load, work_id)
+        return await self._call(self.ledger.load, work_id, grouped=True)
 
     async def works(self) -> list[str]:
         return await self._call(self.ledger.works)
@@ -358,6 +465,7 @@ class SqliteBackend(Backend):
     async def close(self) -> None:
         if self._conn is not None and self._thread is not None:
             conn, self._conn = self._conn, None
+            self._conn_box[0] = None
             await self._thread.call(conn.close)
         if self._thread is not None:
             self._thread.stop()

@@ -200,7 +200,7 @@ class _Context(AttemptContext):
 
     async def judged(self, cand: Candidate, *, poll: float | None = None) -> Acceptance:
         fut = self.runtime._verdict(self.worker.work_id, cand.digest)
-        self.runtime._wake(self.worker.work_id)
+        self.runtime._wake(self.worker.work_id, urgent=True)
         # The runtime answers at once; the ledger is read again only if no answer comes within
         # a lease (another runtime judged, or this one is shutting down).
         interval = poll if poll is not None else self.kind.lease.timeout / 1000
@@ -223,6 +223,10 @@ class _Context(AttemptContext):
                 raise AttemptStopped(f"candidate {cand.digest[:8]} of attempt #{me.number} was "
                                      f"not accepted; the attempt is {me.state.value}",
                                      attempt=me.number, digest=cand.digest)
+
+
+#: How many works the scheduler passes over side by side (and recovery reads at once).
+_PASSES = 32
 
 
 def _definition(kind: Kind, work_id: str) -> WorkDefinition:
@@ -253,6 +257,9 @@ class _Work:
     ended: bool = False
     #: Said once: no content is known here for the current version.
     parts_missing: bool = False
+    #: A pass over it is under way; ``again``: something happened meanwhile, pass once more.
+    passing: bool = False
+    again: bool = False
 
 
 class WorkHandle:
@@ -329,12 +336,18 @@ class Runtime:
         self.discover = discover
         self.name = name or f"runtime-{uuid.uuid4().hex[:8]}"
         self._works: dict[str, _Work] = {}
-        self._dirty: set[str] = set()
+        #: Works to pass over: urgent ones (a verdict awaited) in arrival order, then the rest
+        #: by the order they were first seen (a heap; ``_todo_ids`` says which are still due).
+        self._urgent: list[str] = []
+        self._todo: list[tuple[int, str]] = []
+        self._todo_ids: set[str] = set()
         self._deadlines: list[tuple[int, str]] = []
         self._event = asyncio.Event()
         self._running: dict[str, int] = {}
         self._queues: dict[str, deque[str]] = {}
         self._room = asyncio.Condition()
+        #: Passes (one decision for one work each) under way at once.
+        self._pass_slots = asyncio.Semaphore(_PASSES)
         self._scheduler: asyncio.Task[None] | None = None
         self._discoverer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -575,8 +588,12 @@ class Runtime:
             self._known.add(work_id)
         return w
 
-    def _wake(self, work_id: str) -> None:
-        self._dirty.add(work_id)
+    def _wake(self, work_id: str, *, urgent: bool = False) -> None:
+        if urgent:
+            if work_id not in self._urgent:
+                self._urgent.append(work_id)
+        else:
+            self._queue(work_id)
         self._event.set()
 
     def _at(self, when: int, work_id: str) -> None:
@@ -596,7 +613,8 @@ class Runtime:
             log.warning("could not list the works to recover (%s: %s)", type(exc).__name__, exc)
             return
         self._known.update(ids)
-        for wid in ids:
+
+        async def recover(wid: str) -> None:
             try:
                 st = await self._backend.load(wid)
             except asyncio.CancelledError:
@@ -605,14 +623,16 @@ class Runtime:
                 log.warning("could not read %s to recover it (%s: %s)", wid, type(exc).__name__,
                             exc)
                 self._known.discard(wid)   # discovery tries it again
-                continue
+                return
             if st is None or st.kind not in self.kinds:
-                continue
+                return
             kind = self.kinds[st.kind]
             if status_of(st, kind) in ("completed", "failed"):
-                continue
+                return
             self._watch(wid, kind)
             self._wake(wid)
+        for i in range(0, len(ids), _PASSES):   # reads side by side, in the order listed
+            await asyncio.gather(*(recover(wid) for wid in ids[i:i + _PASSES]))
 
     async def _listen_loop(self) -> None:
         """Events from other processes: a work started or published, a work ended."""
@@ -668,36 +688,80 @@ class Runtime:
                     await self._found(wid)
 
     async def _schedule(self) -> None:
+        """Dispatch passes: works woken urgently first (a verdict awaited: finishing a work frees
+        what starting another takes), the rest in the order they were first seen; each work has
+        one pass at a time, and up to ``_PASSES`` works pass side by side."""
+        while True:
+            await self._pass_slots.acquire()   # a slot first: then the most urgent work takes it
+            try:
+                wid = await self._next()
+            except BaseException:
+                self._pass_slots.release()
+                raise
+            w = self._works.get(wid)
+            if w is None:
+                self._pass_slots.release()
+                continue
+            if w.passing:   # its pass is under way: one more after it, from a fresh read
+                w.again = True
+                self._pass_slots.release()
+                continue
+            w.passing = True
+            task = asyncio.create_task(self._passes(w), name=f"outlive:pass:{wid}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _next(self) -> str:
+        """The next work to pass over (waits for a wake or the earliest deadline)."""
         while True:
             now = self.clock()
-            due: set[str] = set()
             while self._deadlines and self._deadlines[0][0] <= now:
-                due.add(heapq.heappop(self._deadlines)[1])
-            todo = self._dirty | due
-            self._dirty = set()
-            if not todo:
-                self._event.clear()
-                timeout = None
-                if self._deadlines:
-                    timeout = max(0.0, (self._deadlines[0][0] - now) / 1000)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._event.wait(), timeout)
-                continue
-            for wid in sorted(todo, key=lambda i: self._works[i].order if i in self._works else 0):
-                w = self._works.get(wid)
-                if w is None:
-                    continue
+                self._queue(heapq.heappop(self._deadlines)[1])
+            if self._urgent:
+                wid = self._urgent.pop(0)
+                self._todo_ids.discard(wid)
+                return wid
+            while self._todo:
+                _, wid = heapq.heappop(self._todo)
+                if wid in self._todo_ids:
+                    self._todo_ids.discard(wid)
+                    return wid
+            self._event.clear()
+            timeout = None
+            if self._deadlines:
+                timeout = max(0.0, (self._deadlines[0][0] - now) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout)
+
+    def _queue(self, work_id: str) -> None:
+        if work_id in self._todo_ids:
+            return
+        self._todo_ids.add(work_id)
+        w = self._works.get(work_id)
+        heapq.heappush(self._todo, (w.order if w is not None else 0, work_id))
+
+    async def _passes(self, w: _Work) -> None:
+        """The passes of one work, one at a time; works pass side by side (their reads and
+        writes then share the backend's round trips: on SQLite, one commit for many)."""
+        try:
+            while True:
+                w.again = False
                 try:
                     await self._pass(w)
                 except asyncio.CancelledError:
                     raise
                 except OutliveError as exc:
-                    log.warning("supervising %s: %s: %s; trying again", wid,
+                    log.warning("supervising %s: %s: %s; trying again", w.work_id,
                                 type(exc).__name__, exc)
-                    self._at(self.clock() + 200, wid)
+                    self._at(self.clock() + 200, w.work_id)
                 except Exception:
-                    log.exception("supervising %s failed; trying again", wid)
-                    self._at(self.clock() + 1_000, wid)
+                    log.exception("supervising %s failed; trying again", w.work_id)
+                    self._at(self.clock() + 1_000, w.work_id)
+                if not w.again:
+                    return
+        finally:
+            w.passing = False
+            self._pass_slots.release()
 
     def _ended(self, st: WorkState, kind: Kind | None) -> Completed | None:
         """The typed end of a work, if it has one: Completed, or raises WorkFailed / GaveUp."""
@@ -760,6 +824,10 @@ class Runtime:
         # 1. Judge the candidates of the attempt this runtime runs.
         if w.verdicts and st.candidates:
             if await self._judge(w, st, ctl):
+                cur = st.current_attempt
+                if (cur is not None and w.running == cur.number and w.task is not None
+                        and not w.task.done()):
+                    return   # judged for an attempt still running here: its end is an event
                 st = await self._load(w.work_id)
                 if self._settle(w, st):
                     return
@@ -970,8 +1038,8 @@ class Runtime:
             if w.running == att.number:
                 w.task = None
             self._free_slot(w)
-            if not self._closing:
-                self._wake(w.work_id)
+            if not self._closing:   # its end settles the work: before starting others
+                self._wake(w.work_id, urgent=True)
             if w.ended:
                 self._works.pop(w.work_id, None)
 

@@ -608,6 +608,10 @@ class SqlLedgerStore:
     def forget(self, work_id: str) -> None:
         self._cache.pop(work_id, None)
 
+    def forget_all(self) -> None:
+        """After writes rolled back together: no cached work may hold what never landed."""
+        self._cache.clear()
+
 
 def _now_ms() -> int:
     """The store's clock: a worker's reported time is never taken as later than this."""
@@ -753,6 +757,65 @@ class SqliteLedgerStore:
         self.before_commit: Callable[[sqlite3.Connection], None] | None = None
         self._cur: sqlite3.Cursor | None = None
         self._cur_conn: sqlite3.Connection | None = None
+        #: In a group (:meth:`begin_group`): writes join one transaction, opened by the first
+        #: and committed by :meth:`commit_group`; ``_broken`` once a write failed inside it.
+        self._grouping = False
+        self._group_open = False
+        self._broken = False
+
+    # -- group commit: commands queued together share one transaction and one fsync -----------
+    def begin_group(self) -> None:
+        self._grouping, self._group_open, self._broken = True, False, False
+
+    @property
+    def group_broken(self) -> bool:
+        return self._broken
+
+    def commit_group(self, conn: sqlite3.Connection) -> None:
+        """Commit the group's writes (raises if that fails: the caller aborts the group)."""
+        self._grouping = False
+        if self._broken:
+            raise RuntimeError("a write broke the group's transaction")
+        if self._group_open:
+            if self.before_commit is not None:
+                self.before_commit(conn)
+            self._cursor(conn).execute("COMMIT")
+            self._group_open = False
+
+    def abort_group(self, conn: sqlite3.Connection | None) -> None:
+        """Nothing of the group landed: roll back, and drop every cached state it produced."""
+        self._grouping = self._group_open = self._broken = False
+        if conn is not None and conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        self.store.forget_all()
+
+    def _group_write(self, cur: sqlite3.Cursor, conn: sqlite3.Connection,
+                     req: Write) -> bool | int:
+        """One write inside the group's transaction (opened by the first)."""
+        if not self._group_open:
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:   # nothing is open yet: a failure is this write's alone
+                self._busy_once(exc)
+                self._retrying(lambda: cur.execute("BEGIN IMMEDIATE"))
+            self._group_open = True
+        try:
+            if cur.execute(*req.cas).rowcount != 1:
+                return False   # this statement changed nothing; the group's earlier writes stand
+            answer: bool | int = True
+            if req.creates and cur.lastrowid:
+                answer = cur.lastrowid
+            if len(req.rows) == 1:
+                cur.execute(req.rows_sql, req.rows[0])
+            elif req.rows:
+                cur.executemany(req.rows_sql, req.rows)
+            return answer
+        except BaseException:
+            self._broken = True   # the writer rolls the whole group back and runs each alone
+            raise
 
     def _retrying(self, fn: Callable[[], Any]) -> Any:
         deadline = self._clock() + self.lock_timeout
@@ -796,6 +859,8 @@ class SqliteLedgerStore:
 
     def _write(self, conn: sqlite3.Connection, req: Write) -> bool | int:
         cur = self._cursor(conn)   # one cursor for the transaction's statements
+        if self._grouping:
+            return self._group_write(cur, conn, req)
         try:
             cur.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:

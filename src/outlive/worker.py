@@ -370,6 +370,7 @@ class Worker:
             return clone(self._results[name])
         if self.persist == "step":
             result, _ = await _observe.run_and_record(self.backend, p.call, p.body, p.record)
+            self.last_sign = self.clock()   # the journal write was a sign of life
         else:
             result = await self.backend.run_step(p.call, p.body)
             L.check_size(result, "result of step {!r}", name)
@@ -401,6 +402,7 @@ class Worker:
             try:
                 results = await _observe.run_and_record_many(
                     self.backend, [p.call for p in todo], [p.body for p in todo], [p.record for p in todo])
+                self.last_sign = self.clock()
             except BaseException:
                 # The steps before the failure are journaled: re-read, so a retry restores them
                 # instead of calling the model again.
@@ -446,27 +448,30 @@ class Worker:
         the token is the guarantee.
         """
         async def beat() -> None:
-            first = at_once
-            if not first:
-                await asyncio.sleep(interval_ms / 1000)
-            while True:     # the first beat at once: "started" is the first sign of life
-                try:
-                    # a write of the attempt's own within half an interval was a sign of life;
-                    # a recorded wait needs none (waiting is not silence: no lease runs)
-                    recent = (not first and self.last_sign is not None
-                              and self.clock() - self.last_sign < interval_ms / 2)
-                    first = False
-                    if not recent and self.waits is None and not await self.heartbeat():
-                        return
-                except asyncio.CancelledError:
-                    raise
-                except Exception:   # a missed beat is what leases are for
-                    pass
-                await asyncio.sleep(interval_ms / 1000)
-                if self.waits is not None:   # asleep until the wait ends, not woken per beat
+            # A beat is due one interval after the attempt's latest sign of life (its own writes
+            # count), so an attempt that writes at least once an interval never beats; a beat
+            # that failed waits an interval too (a missed beat is what leases are for).
+            tried = self.clock() - (interval_ms if at_once else 0)
+            while True:
+                if self.waits is not None:   # waiting is not silence: asleep until it ends
                     over = self._wait_over = asyncio.Event()
                     if self.waits is not None:
                         await over.wait()
+                    tried = self.clock()
+                    continue
+                now = self.clock()
+                due = max(tried, self.last_sign or tried) + interval_ms
+                if due > now:
+                    await asyncio.sleep((due - now) / 1000)
+                    continue
+                tried = now
+                try:
+                    if not await self.heartbeat():
+                        return
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    pass
 
         task = asyncio.create_task(beat(), name=f"outlive-lease:{self.work_id}#{self.attempt.number}")
         try:
