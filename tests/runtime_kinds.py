@@ -153,7 +153,7 @@ async def paced(ctx: outlive.AttemptContext) -> None:
     w = ctx.worker
 
     async def summarise_slowly(**inputs: Any) -> str:
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.02)   # a model call's pace: a kill finds the rest in flight
         return summarise(**inputs)
     for part in SECTIONS:
         await w.step(part, summarise_slowly, **{part: ctx.inputs[part]})

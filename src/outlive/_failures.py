@@ -27,8 +27,13 @@ class NonRetryable(Exception):
 
 
 #: outlive's own programming errors: the same code fails the same way on every attempt.
-_PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (UndeclaredInput, InvalidRecord, TypeError,
+_PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (UndeclaredInput, InvalidRecord,
                                                         NonRetryable)
+
+#: Set on a ``TypeError`` raised by *calling* a step function with inputs its signature does not
+#: take (the worker checks the binding): that one is a programming error; a ``TypeError`` from
+#: inside the step (a model's answer of an unexpected shape, say) is retried like any other.
+CALLED_WRONG = "_outlive_called_wrong"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +64,7 @@ class RetryPolicy:
 
     def retryable(self, exc: BaseException) -> bool:
         """Whether another attempt may fix ``exc``."""
-        if isinstance(exc, _PROGRAMMING_ERRORS):
+        if isinstance(exc, _PROGRAMMING_ERRORS) or getattr(exc, CALLED_WRONG, False):
             return False
         if isinstance(exc, EffectAmbiguous) and exc.details.get("broken_contract"):
             return False

@@ -204,25 +204,7 @@ class _Context(AttemptContext):
         # The runtime answers at once; the ledger is read again only if no answer comes within
         # a lease (another runtime judged, or this one is shutting down).
         interval = poll if poll is not None else self.kind.lease.timeout / 1000
-        while True:
-            try:
-                return await asyncio.wait_for(asyncio.shield(fut), interval)
-            except TimeoutError:
-                pass
-            st = await self.worker.backend.load(self.worker.work_id)
-            assert st is not None
-            for acc in st.acceptances:
-                if acc.digest == cand.digest:
-                    return acc
-            me = st.attempt(self.attempt.number)
-            if st.epoch != self.attempt.token and st.policy.fencing:
-                raise StaleOwner(f"attempt #{self.attempt.number} was replaced while its "
-                                 "candidate waited", token=self.attempt.token, epoch=st.epoch,
-                                 attempt=self.attempt.number)
-            if me is not None and not L.is_live(me):
-                raise AttemptStopped(f"candidate {cand.digest[:8]} of attempt #{me.number} was "
-                                     f"not accepted; the attempt is {me.state.value}",
-                                     attempt=me.number, digest=cand.digest)
+        return await self._verdict(cand, interval, fut)
 
 
 #: How many works the scheduler passes over side by side (and recovery reads at once).

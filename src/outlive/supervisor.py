@@ -338,28 +338,41 @@ class AttemptContext:
         """Wait until ``cand`` is accepted (see :meth:`submit`)."""
         # a read per poll; a tenth of a beat keeps the judgement's round trip short
         interval = poll if poll is not None else self.definition.lease.heartbeat_interval / 10_000
+        return await self._verdict(cand, interval)
+
+    async def _verdict(self, cand: Candidate, interval: float,
+                       answer: asyncio.Future[Acceptance] | None = None) -> Acceptance:
+        """``cand``'s acceptance: from ``answer`` when a judge in this process answers it (then
+        the ledger is read only if no answer came within ``interval``: another process judged,
+        or this one is closing), else from a read of the ledger every ``interval`` seconds."""
         backend = self.worker.backend
         while True:
+            if answer is not None:
+                try:
+                    return await asyncio.wait_for(asyncio.shield(answer), interval)
+                except TimeoutError:
+                    pass
             st = await backend.load(self.worker.work_id)
             assert st is not None
             for acc in st.acceptances:
                 if acc.digest == cand.digest:
                     return acc
             me = st.attempt(self.attempt.number)
-            if st.refusal(cand.digest) is not None:
+            refusal = st.refusal(cand.digest)
+            if refusal is not None:
                 raise AttemptStopped(
                     f"candidate {cand.digest[:8]} of attempt #{self.attempt.number} was refused: "
-                    f"{st.refusal(cand.digest).reason}",   # type: ignore[union-attr]
-                    attempt=self.attempt.number, digest=cand.digest)
+                    f"{refusal.reason}", attempt=self.attempt.number, digest=cand.digest)
             if st.epoch != self.attempt.token and st.policy.fencing:
                 raise StaleOwner(
                     f"attempt #{self.attempt.number} was replaced while its candidate waited",
                     token=self.attempt.token, epoch=st.epoch, attempt=self.attempt.number)
-            if me is not None and me.state in (AttemptState.STOPPED, AttemptState.UNKNOWN):
+            if me is not None and not L.is_live(me):
                 raise AttemptStopped(
                     f"candidate {cand.digest[:8]} of attempt #{me.number} was not accepted; "
                     f"the attempt is {me.state.value}", attempt=me.number, digest=cand.digest)
-            await asyncio.sleep(interval)
+            if answer is None:
+                await asyncio.sleep(interval)
 
 
 async def _maybe(value: Any) -> Any:

@@ -19,6 +19,7 @@ from . import _observe
 from . import ledger as L
 from ._check import argument, callable_argument, text_argument
 from ._clone import clone, maker, quick_init
+from ._failures import CALLED_WRONG
 from .backend import Backend, StepCall
 from .errors import (
     AttemptEnded,
@@ -164,6 +165,17 @@ _STEP_RECORD = maker(StepRecord)
 
 #: The type of what an ``async def`` function returns when called.
 _COROUTINE = types.CoroutineType
+
+
+def _mark_called_wrong(exc: TypeError, fn: Callable[..., Any], ins: Mapping[str, Any]) -> None:
+    """Mark ``exc`` if it came from calling ``fn`` with inputs its signature does not take (the
+    same on every attempt), not from inside it."""
+    try:
+        inspect.signature(fn).bind(**ins)
+    except TypeError:
+        setattr(exc, CALLED_WRONG, True)
+    except ValueError:   # no signature to read (some builtins): say nothing
+        pass
 
 
 def _ms() -> int:
@@ -316,14 +328,22 @@ class Worker:
         rid = L.result_id(att.work_id, name, key, att.number)
 
         async def body() -> Any:
-            out = fn(**ins)
+            try:
+                out = fn(**ins)
+            except TypeError as exc:
+                _mark_called_wrong(exc, fn, ins)
+                raise
             if type(out) is _COROUTINE or inspect.isawaitable(out):   # the first: an async fn
                 out = await out
             return out
 
         if self.sync_in_thread and not inspect.iscoroutinefunction(fn):
             async def body() -> Any:   # the context is copied into the thread, as asyncio does
-                out = await asyncio.to_thread(fn, **ins)
+                try:
+                    out = await asyncio.to_thread(fn, **ins)
+                except TypeError as exc:
+                    _mark_called_wrong(exc, fn, ins)
+                    raise
                 if inspect.isawaitable(out):
                     out = await out
                 return out
