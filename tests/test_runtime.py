@@ -276,3 +276,25 @@ async def test_an_attempt_that_writes_within_each_interval_sends_no_heartbeats(u
     assert len(done.attempts) == 1
     assert beats == [0]   # no renewal beat in 1.1 s of steady writes (the claim is no beat)
 
+
+
+async def test_a_type_error_inside_a_step_is_retried_like_any_error(url: str) -> None:
+    """Only a step *called* with inputs its signature does not take fails the work at once; a
+    TypeError raised inside a step (a model's answer of an unexpected shape) is transient."""
+    async def shaky(ctx: outlive.AttemptContext) -> None:
+        def parse(revenue: str) -> str:
+            if ctx.attempt.number == 1:
+                return revenue + 1   # type: ignore[operator]  # the shape was not the expected one
+            return revenue
+        await ctx.worker.step("parse", parse, revenue=ctx.inputs["revenue"])
+        await K.small(ctx)
+
+    kind = outlive.Kind(name="shaky", attempt=shaky, contract=K.CONTRACT, inputs=K.parts_for,
+                        retry=outlive.RetryPolicy(maximum_attempts=3, initial_interval=0.01))
+    async with Runtime(url, [kind], discover=None, report_errors=False) as rt:
+        h = await rt.start(kind, "digest/shaky", "v1", K.parts_for("v1"))
+        done = await asyncio.wait_for(h.result(), 30)
+    first = done.attempts[0]
+    assert first.state is AttemptState.FAILED and first.error is not None
+    assert first.error.type == "TypeError" and first.error.retryable
+    assert len(done.attempts) == 2
