@@ -517,17 +517,26 @@ async def test_commands_queued_together_share_one_commit(tmp_path: Path) -> None
     url = f"sqlite:///{tmp_path / 'o.db'}"
     b = await outlive.open_backend(url)
     commits: list[int] = []
+
+    def hook(conn: sqlite3.Connection) -> None:
+        import time
+        commits.append(1)
+        if len(commits) == 1:
+            time.sleep(0.3)   # the writer is busy: the commands below queue up meanwhile
     try:
-        b.ledger.before_commit = lambda conn: commits.append(1)  # type: ignore[attr-defined]
+        b.ledger.before_commit = hook  # type: ignore[attr-defined]
+        busy = asyncio.ensure_future(b.execute("busy", L.OpenWork(policy=Policy())))
+        await asyncio.sleep(0.05)
         outs = await asyncio.gather(*(b.execute(f"w{i}", L.OpenWork(policy=Policy()))
                                       for i in range(40)))
+        assert (await busy).kind == "opened"
         assert [o.kind for o in outs] == ["opened"] * 40
-        assert 1 <= len(commits) < 40
+        assert len(commits) == 2   # the busy one, then the forty in one transaction
     finally:
         await b.close()
     again = await outlive.open_backend(url)
     try:
-        assert sorted(await again.works()) == sorted(f"w{i}" for i in range(40))
+        assert sorted(await again.works()) == sorted(["busy", *(f"w{i}" for i in range(40))])
     finally:
         await again.close()
 
@@ -538,19 +547,26 @@ async def test_a_failed_group_commit_lands_each_command_on_its_own(tmp_path: Pat
     import asyncio
     url = f"sqlite:///{tmp_path / 'o.db'}"
     b = await outlive.open_backend(url)
-    failed: list[int] = []
+    commits: list[int] = []
 
-    def fail_the_first(conn: sqlite3.Connection) -> None:
-        if not failed:
-            failed.append(1)
+    def hook(conn: sqlite3.Connection) -> None:
+        import time
+        commits.append(1)
+        if len(commits) == 1:
+            time.sleep(0.3)   # the writer is busy: the commands below queue up meanwhile
+        elif len(commits) == 2:   # the batch's commit
             raise sqlite3.OperationalError("disk I/O error")
     try:
         for i in range(20):
             await b.execute(f"w{i}", L.OpenWork(policy=Policy()))
-        b.ledger.before_commit = fail_the_first  # type: ignore[attr-defined]
+        b.ledger.before_commit = hook  # type: ignore[attr-defined]
+        busy = asyncio.ensure_future(b.execute("busy", L.OpenWork(policy=Policy())))
+        await asyncio.sleep(0.05)
         outs = await asyncio.gather(*(b.execute(f"w{i}", L.PublishInput(
             version="v1", parts={"s1": f"{i:064x}"}, at=0)) for i in range(20)))
-        assert failed and all(o.kind == "published" for o in outs)
+        assert (await busy).kind == "opened"
+        assert all(o.kind == "published" for o in outs)
+        assert len(commits) == 2 + 20   # the failed batch, then each command alone
         for i in range(20):
             st = await b.load(f"w{i}")
             assert st is not None and [v.version for v in st.inputs] == ["v1"]
