@@ -108,7 +108,7 @@ async def seed_situation(address: str) -> dict[str, Any]:
         dep = await WorkHandle(work).dependable("strict")
         assert dep is not None
     return {"calls": len(WORLD.calls), "posts": list(WORLD.feed.posts),
-            "newsletter_quotes": revenue(dep["content"]["digest"]),
+            "newsletter_quotes": revenue(dep.content["digest"]),
             "accepted_for": state.acceptances[-1].version, "result": result,
             "attempts": [(a.number, a.token, a.state.value) for a in state.attempts]}
 

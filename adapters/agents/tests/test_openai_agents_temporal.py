@@ -65,7 +65,7 @@ async def test_agent_on_temporal_posts_once_and_quotes_the_correction(server: De
         state = await WorkHandle(work).ledger()
         dep = await WorkHandle(work).dependable("strict")
     assert world.feed.posts == ["Q3 digest: revenue 4.7 million."]
-    assert dep is not None and S.figure(dep["content"]["answer"]) == "4.7"
+    assert dep is not None and S.figure(dep.content["answer"]) == "4.7"
     assert answer == "Posted P1: Q3 revenue was 4.7 million."
     assert state.acceptances[-1].version == "v2"
     assert state.stale_writes_applied == 0

@@ -79,7 +79,7 @@ async def test_steps_run_as_the_users_activities_and_restore_by_input_key(
     assert [e.step for e in st.journal] == ["s1", "s2"]
     assert st.acceptances[0].version == "v1"
     dep = await WorkHandle.of(client, wid).dependable("strict")
-    assert dep is not None and dep["content"] == {"digest": "A B"}
+    assert dep is not None and dep.content == {"digest": "A B"}
     # a consumer names the contract it requires (the work's is accepted/1 by "workflow")
     work = WorkHandle.of(client, wid)
     assert await work.dependable("strict@accepted:1") == dep
@@ -136,7 +136,7 @@ async def test_a_corrected_input_makes_the_engine_rebuild_for_it(client: Client,
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1), ("s2", 2)]
     assert st.acceptances[-1].version == "v2"
     dep = await WorkHandle(handle).dependable("strict")
-    assert dep is not None and dep["content"] == {"digest": "RB-A RB-B2"}
+    assert dep is not None and dep.content == {"digest": "RB-A RB-B2"}
 
 
 async def test_an_attempts_activity_cannot_issue_the_controllers_commands(

@@ -74,7 +74,7 @@ async def test_work_completes_with_every_client_killed_and_its_worker_killed_mid
     assert (await _wait_for(marks / f"{tag}.started.s2.2")) in {str(w.pid) for w in survivors}
     assert not (marks / f"{tag}.started.s1.2").exists()
     dep = await WorkHandle.of(client, wid).dependable("strict")
-    assert dep is not None and dep["content"] == {"digest": "ALPHA BETA GAMMA"}
+    assert dep is not None and dep.content == {"digest": "ALPHA BETA GAMMA"}
 
 
 async def test_paused_workers_late_completion_is_refused_by_temporal_and_its_write_by_the_token(

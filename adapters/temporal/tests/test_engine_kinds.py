@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 
 from outlive.errors import GaveUp, InputConflict, NotFound, WorkFailed
 from outlive.records import AttemptState
-from outlive.rules import StrictCurrent
+from outlive.rules import Dependable, StrictCurrent
 from outlive.runtime import WorkStatus
 from outlive_temporal import DevServer, OutlivePlugin, WorkHandle, start_work, typed_error
 
@@ -192,7 +192,7 @@ async def test_a_workflow_taking_and_returning_dataclasses_runs_unchanged(
     assert "headline.intro" in entry.sources
     assert st.acceptances[-1].version == "v2"
     dep = await work.dependable("strict")
-    assert dep is not None and dep["content"]["lines"][1] == {"heading": "Body",
+    assert dep is not None and dep.content["lines"][1] == {"heading": "Body",
                                                               "line": f"BODY2-{tag.upper()}"}
 
 
@@ -202,7 +202,8 @@ async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
     same execution, and with other parts for ``v1`` is an ``InputConflict``; ``result()`` is
     ``Completed`` with the acceptance, or ``WorkFailed`` naming the error; ``state()`` answers
     the runtime's ``WorkStatus`` (as ``outlive.WorkHandle.state()`` does on sqlite and
-    postgresql), ``ledger()`` the raw ``WorkState``; ``dependable`` takes a rule."""
+    postgresql), ``ledger()`` the raw ``WorkState``; ``dependable`` takes a rule and answers the runtime's
+    ``Dependable``."""
     wid = _id("kinds/handle")
     tag = uuid.uuid4().hex[:6]
     report = {"s1": f"h1-{tag}", "s2": f"h2-{tag}"}
@@ -222,7 +223,8 @@ async def test_the_runtimes_handle_api_maps_onto_the_workflow_execution(
     status = await first.state()
     assert status.status == "completed" and status.last_error is None
     dep = await first.dependable(StrictCurrent())
-    assert dep is not None and dep["digest"] == done.acceptance.digest
+    assert isinstance(dep, Dependable) and dep.digest == done.acceptance.digest
+    assert dep.acceptance == done.acceptance and dep.version == "v1"
 
     bad = await start_work(client, app.FlakyWork.run, _id("kinds/handle-bad"),
                            {"s1": f"400:{tag}"}, task_queue=queue)

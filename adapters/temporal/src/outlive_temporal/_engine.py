@@ -1096,7 +1096,8 @@ class Work:
         dep = dependable(led.state, rule_from_text(rule))
         if dep is None:
             return None
-        return {"digest": dep.digest, "version": dep.version, "content": dep.content}
+        return {"digest": dep.digest, "version": dep.version, "content": dep.content,
+                "acceptance": None if dep.acceptance is None else codec.dumps(dep.acceptance)}
 
 
 #: What may arrive from outside the workflow: fenced writes of a (possibly late) attempt and the

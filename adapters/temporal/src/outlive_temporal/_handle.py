@@ -4,7 +4,7 @@ A client starts the user's workflow as usual (or with :func:`start_work`: the wo
 workflow id, and starting it again returns the same execution), publishes a corrected input,
 reads the ledger, asks what a consumer may rely on, and awaits the work's end. On Temporal a work
 *is* the user's workflow execution, so :class:`WorkHandle` answers ``outlive.Runtime``'s handle
-API (``result()``, ``publish()``, ``dependable()``, ``status()``) from that execution.
+API (``result()``, ``publish()``, ``dependable()``, ``state()``) from that execution.
 
 An activity started by a step knows the attempt and token it
 was started for (they are in its activity id) and can make its own fenced writes — which is how a
@@ -35,8 +35,8 @@ from outlive import codec
 from outlive import ledger as L
 from outlive.controller import default_credential
 from outlive.errors import GaveUp, InvalidRecord, NotFound, WorkFailed
-from outlive.records import InputVersion, WorkState
-from outlive.rules import Rule
+from outlive.records import Acceptance, InputVersion, WorkState
+from outlive.rules import Dependable, Rule
 from outlive.runtime import WorkStatus, last_error, status_of
 from outlive.supervisor import Completed
 
@@ -141,12 +141,18 @@ class WorkHandle:
         assert isinstance(out, L.Outcome)
         return out
 
-    async def dependable(self, rule: str | Rule = "strict") -> dict[str, Any] | None:
+    async def dependable(self, rule: str | Rule = "strict") -> Dependable | None:
         """What a consumer may rely on under ``rule`` (a :mod:`outlive.rules` rule, its
-        ``contract`` included, or its text, see :func:`~outlive_temporal.rule_from_text`):
-        ``{"digest", "version", "content"}``, or None."""
+        ``contract`` included, or its text, see :func:`~outlive_temporal.rule_from_text`): the
+        same :class:`~outlive.rules.Dependable` as ``outlive.WorkHandle.dependable``, or None."""
         res: dict[str, Any] | None = await self.handle.query(DEPENDABLE_QUERY, rule_to_text(rule))
-        return res
+        if res is None:
+            return None
+        acc = codec.loads(res["acceptance"]) if res.get("acceptance") else None
+        if acc is not None and not isinstance(acc, Acceptance):
+            raise InvalidRecord(f"the work {self.handle.id!r} answered a corrupt acceptance")
+        return Dependable(digest=res["digest"], version=res["version"], content=res["content"],
+                          acceptance=acc)
 
     async def result(self, *, timeout: float | None = None) -> Completed:
         """Wait until the workflow execution ends, as ``outlive.WorkHandle.result()`` does:
