@@ -4,8 +4,9 @@ Side by side, alternating in rounds, the same agent and fake model (a read-only 
 ``--turns`` times, then an answer):
 
 - LangGraph: ``create_react_agent`` with an ``AsyncSqliteSaver`` (the checkpointer alone) vs the
-  same agent with ``journaled(model)`` and ``outlive_tools`` on a ``sqlite://`` ledger beside it
-  (each model call and tool call one journaled step);
+  same agent with ``journaled(model)`` and ``outlive_tools`` on ``langgraph+sqlite`` (the ledger
+  in the checkpoints' file; each model call and tool call one journaled step, its entry carried
+  in the node's own save);
 - pydantic-ai: ``DBOSAgent`` (pydantic-ai's durable agent, DBOS on SQLite) vs the same agent
   under ``outlive_overrides`` on a ``sqlite://`` ledger;
 - the OpenAI Agents SDK on Temporal: a workflow running the agent with ``OpenAIAgentsPlugin``
@@ -94,7 +95,10 @@ def read_attachment_tool(name: str) -> str:
 
 
 class _LangGraph:
-    """Both sides on one saver file (threads apart); the ledger beside it on ``sqlite://``."""
+    """The baseline on LangGraph's ``AsyncSqliteSaver`` (its own file, LangGraph's default
+    durability); outlive's side on ``langgraph+sqlite`` (the ledger in the checkpoints' file,
+    ``backend.checkpointer``, ``durability="sync"``): each step's journal entry rides the
+    node's own save (``node_step``), so a superstep is the baseline's two commits."""
 
     def __init__(self, tmp: Path, turns: int) -> None:
         self.tmp, self.turns = tmp, turns
@@ -106,11 +110,11 @@ class _LangGraph:
 
         self._saver_cm = AsyncSqliteSaver.from_conn_string(str(self.tmp / "lg.db"))
         saver = await self._saver_cm.__aenter__()
-        self.backend = await outlive.open_backend(f"sqlite:///{self.tmp / 'o.db'}")
+        self.backend = await outlive.open_backend(f"langgraph+sqlite:///{self.tmp / 'o.db'}")
         model = _lg_model(self.turns)
         self.plain = create_react_agent(model, [read_attachment_tool], checkpointer=saver)
         self.ours = create_react_agent(journaled(model), outlive_tools([read_attachment_tool]),
-                                       checkpointer=saver)
+                                       checkpointer=self.backend.checkpointer)  # type: ignore[attr-defined]
         return self
 
     async def once(self, ours: bool, seq: list[int]) -> float:
@@ -338,45 +342,54 @@ async def main() -> None:
     ap.add_argument("--temporal-runs", type=int, default=6,
                     help="pairs of workflow runs per round on Temporal")
     ap.add_argument("--skip-temporal", action="store_true")
+    ap.add_argument("--only", choices=("langgraph", "pydantic-ai", "openai-agents-temporal"),
+                    help="run one row only")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     rows: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         seq = [0]
-        async with _LangGraph(tmp, args.turns) as lg:
-            for ours in (False, True, False, True):            # warm-up, not reported
-                await lg.once(ours, seq)
-            rows["langgraph"] = await _paired(args.rounds, args.runs,
-                                              lambda: lg.once(False, seq),
-                                              lambda: lg.once(True, seq))
-        dbos = _Dbos(tmp, args.turns)
-        try:
-            async with _PydanticAiOurs(tmp, args.turns) as pa:
-                for _ in range(2):
-                    await dbos.once()
-                    await pa.once(seq)
-                rows["pydantic-ai"] = await _paired(args.rounds, args.runs, dbos.once,
-                                                    lambda: pa.once(seq))
-        finally:
-            dbos.close()
-        if not args.skip_temporal:
+
+        def wanted(row: str) -> bool:
+            return args.only is None or args.only == row
+
+        if wanted("langgraph"):
+            async with _LangGraph(tmp, args.turns) as lg:
+                for ours in (False, True, False, True):            # warm-up, not reported
+                    await lg.once(ours, seq)
+                rows["langgraph"] = await _paired(args.rounds, args.runs,
+                                                  lambda: lg.once(False, seq),
+                                                  lambda: lg.once(True, seq))
+        if wanted("pydantic-ai"):
+            dbos = _Dbos(tmp, args.turns)
+            try:
+                async with _PydanticAiOurs(tmp, args.turns) as pa:
+                    for _ in range(2):
+                        await dbos.once()
+                        await pa.once(seq)
+                    rows["pydantic-ai"] = await _paired(args.rounds, args.runs, dbos.once,
+                                                        lambda: pa.once(seq))
+            finally:
+                dbos.close()
+        if wanted("openai-agents-temporal") and not args.skip_temporal:
             async with _Temporal(tmp, args.turns) as temporal:
                 for ours in (False, True, False, True):
                     await temporal.once(ours, seq)
                 rows["openai-agents-temporal"] = await _paired(
                     args.rounds, args.temporal_runs, lambda: temporal.once(False, seq),
                     lambda: temporal.once(True, seq))
-    names = {"langgraph": "LangGraph create_react_agent: AsyncSqliteSaver alone vs + outlive",
+    names = {"langgraph": "LangGraph create_react_agent: AsyncSqliteSaver alone vs + outlive "
+                          "(langgraph+sqlite)",
              "pydantic-ai": "pydantic-ai Agent: DBOSAgent (SQLite) vs outlive (sqlite://)",
              "openai-agents-temporal": "OpenAI Agents SDK on Temporal: OpenAIAgentsPlugin alone "
                                        "vs + OutliveAgentsPlugin (Work, run_agent)"}
     for key, rounds in rows.items():
         ratios = [x["ratio"] for x in rounds]
         base = [x["baseline_us"] for x in rounds]
-        ours = [x["outlive_us"] for x in rounds]
+        mine = [x["outlive_us"] for x in rounds]
         print(f"{names[key]}: per model call baseline {min(base):.0f}-{max(base):.0f} us, "
-              f"outlive {min(ours):.0f}-{max(ours):.0f} us, paired ratio {min(ratios):.3f}-"
+              f"outlive {min(mine):.0f}-{max(mine):.0f} us, paired ratio {min(ratios):.3f}-"
               f"{max(ratios):.3f} (median {statistics.median(ratios):.3f}; target <= 1.10)")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,7 @@ class ReportModel(BaseChatModel):
 
 
 def scene_attempt(scene: S.Scene, *, approve: tuple[str, ...] = (),
-                  approvals: Any = None) -> Any:
+                  approvals: Any = None, own_saver: bool = False) -> Any:
     model = ReportModel(calls=scene.model_calls)
 
     def build(ctx: AttemptContext) -> Any:
@@ -67,7 +67,8 @@ def scene_attempt(scene: S.Scene, *, approve: tuple[str, ...] = (),
 
         return create_react_agent(journaled(model), outlive_tools([read_attachment, post_digest],
                                                                   approve=approve),
-                                  checkpointer=InMemorySaver())
+                                  checkpointer=ctx.worker.backend.checkpointer  # type: ignore[attr-defined]
+                                  if own_saver else InMemorySaver())
 
     return agent_attempt(build, input=lambda ctx: {"messages": [HumanMessage(ctx.inputs["ticket"])]},
                          approvals=approvals)
@@ -149,3 +150,77 @@ async def test_an_approval_before_the_effect_is_waiting_not_silence(backend: out
     assert out.posts == ["Q3 digest: revenue 4.1 million."]
     # LangGraph resumes at the tool node: no model call is repeated
     assert out.model_calls == [(1, 0), (1, 1), (1, 2)]
+
+
+async def test_on_the_backends_own_saver_the_entries_ride_the_agents_saves(tmp_path: Path) -> None:
+    """The agent checkpointed by ``langgraph+sqlite``'s own saver, in the article's situation:
+    the same verdicts, and every model and tool call's entry was carried in one of LangGraph's
+    own writes (``node_step``), none committed apart."""
+    b = await outlive.open_backend(f"langgraph+sqlite:///{tmp_path / 'o.db'}")
+    try:
+        scene = S.Scene()
+        out = await S.run_scene(b, scene, scene_attempt(scene, own_saver=True))
+        saver: Any = b.checkpointer  # type: ignore[attr-defined]
+        st = await b.load(S.WORK)
+    finally:
+        await b.close()
+    assert out.posts == ["Q3 digest: revenue 4.7 million."]
+    assert (out.newsletter_quotes, out.accepted_for, out.stale_writes) == ("4.7", "v2", 0)
+    assert out.model_calls == [(1, 0), (2, 1), (3, 2)]
+    assert st is not None
+    assert [e.step for e in st.journal if e.attempt == 1] == ["model:0"]
+    assert [(e.step, e.attempt) for e in st.journal if e.attempt > 1] == [
+        ("tool:1:call-read", 2), ("model:1", 2), ("model:2", 3)]
+    assert saver.carried_entries >= 1 and saver.flushed_entries == 0
+
+
+class _Bindable(ReportModel):
+    """The scene's model for an agent without outlive (which binds the tools on it)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+async def test_a_journaled_agent_commits_less_than_langgraph_alone(tmp_path: Path) -> None:
+    """The same prebuilt agent, with and without ``journaled``/``outlive_tools``, on
+    ``langgraph+sqlite``'s saver: the journaled one commits less often (each superstep's
+    entries and update ride its checkpoint) - before, every model and tool call was a LangGraph invocation
+    of its own with its own commits."""
+    from langchain_core.messages import HumanMessage as H
+
+    b = await outlive.open_backend(f"langgraph+sqlite:///{tmp_path / 'c.db'}")
+    try:
+        saver: Any = b.checkpointer  # type: ignore[attr-defined]
+        saver.hold_seconds = saver.entry_seconds = 30.0   # only LangGraph's writes carry them
+        seen: list[str] = []
+        await saver.in_thread(lambda conn: conn.set_trace_callback(
+            lambda sql: seen.append(sql) if sql.strip().upper() == "COMMIT" else None))
+        scene = S.Scene(pause_attempt=None, die_after_post=None)
+
+        @tool
+        async def read_attachment(name: str) -> str:
+            """Read one attachment of the ticket."""
+            return "Revenue was 4.1 million."
+
+        counts = []
+        for n, wrap in enumerate((False, True)):
+            model = _Bindable(calls=scene.model_calls)
+            agent = create_react_agent(journaled(model) if wrap else model,
+                                       outlive_tools([read_attachment]) if wrap
+                                       else [read_attachment], checkpointer=saver)
+            ctl = outlive.Controller(b)
+            await ctl.open_work(f"w{n}")
+            await ctl.publish(f"w{n}", "v1", {"ticket": "t"})
+            worker = outlive.Worker(b, await ctl.admit(f"w{n}"), {"ticket": "t"})
+            await worker.start()
+            before = len(seen)
+            from outlive_langgraph import run
+            await run(agent, {"messages": [H("Write the Q3 digest.")]}, worker=worker,
+                      config={"configurable": {"thread_id": f"t{n}"}})
+            counts.append(len(seen) - before)
+        st = await b.load("w1")
+    finally:
+        await b.close()
+    assert st is not None and [e.step for e in st.journal][:2] == ["model:0", "tool:1:call-read"]
+    plain, ours = counts
+    assert ours < plain   # (13 and 8 today: the entries and each update ride the checkpoint)

@@ -28,6 +28,7 @@ from outlive.hashing import content_hash
 
 __all__ = [
     "EFFECT_MARK",
+    "StepRunner",
     "effect",
     "effect_receipt",
     "effect_tool_call",
@@ -163,8 +164,14 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (list, tuple))
 
 
+#: How a framework runs a step: ``Worker.step`` by default; an engine's own (LangGraph's
+#: ``node_step``, whose entry rides the node's save) where it has one.
+StepRunner = Callable[..., Awaitable[Any]]
+
+
 async def model_step(worker: Worker, name: str, *, conversation: Any, settings: Any,
-                     tools: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+                     tools: Any, call: Callable[[], Awaitable[Any]],
+                     step: StepRunner | None = None) -> Any:
     """One model call as a journaled step keyed by the conversation so far.
 
     ``conversation``, ``settings`` and ``tools`` are JSON-like (what the journal hashes); they are
@@ -174,7 +181,7 @@ async def model_step(worker: Worker, name: str, *, conversation: Any, settings: 
     async def body(**_: Any) -> Any:
         return to_journal(await call())
 
-    return from_journal(await worker.step(
+    return from_journal(await (step or worker.step)(
         name, body, conversation=External(to_journal(conversation)),
         model_settings=External(to_journal(settings)), tool_schemas=External(to_journal(tools))))
 
@@ -192,12 +199,13 @@ def _parts(worker: Worker, reads: Iterable[str] | None) -> dict[str, Any]:
 
 
 async def read_tool_step(worker: Worker, name: str, *, tool: str, args: Any,
-                         reads: Iterable[str] | None, call: Callable[[], Awaitable[Any]]) -> Any:
+                         reads: Iterable[str] | None, call: Callable[[], Awaitable[Any]],
+                         step: StepRunner | None = None) -> Any:
     """A read-only tool call as a step: keyed by its arguments and the parts it may read."""
     async def body(**_: Any) -> Any:
         return to_journal(await call())
 
-    return from_journal(await worker.step(name, body, tool_name=External(tool),
+    return from_journal(await (step or worker.step)(name, body, tool_name=External(tool),
                                           tool_args=External(to_journal(args)),
                                           **_parts(worker, reads)))
 

@@ -27,7 +27,7 @@ try:
     from langchain_core.language_models import BaseChatModel
     from langgraph.prebuilt import ToolNode
 
-    from outlive_langgraph import current_worker, run
+    from outlive_langgraph import current_worker, node_step, run
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("outlive_agents.langgraph needs LangGraph's prebuilt agent: "
                       "pip install 'outlive-agents[langgraph]'") from exc
@@ -36,9 +36,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message_to_dict
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_messages,
+    message_to_dict,
+)
 from langchain_core.messages.utils import messages_from_dict
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -121,21 +130,42 @@ class JournaledChatModel(BaseChatModel):
         raise ConfigError("a journaled model is called from an async graph: use ainvoke/astream "
                           "(outlive_langgraph.run does)")
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
-                         **kwargs: Any) -> ChatResult:
+    async def _journaled(self, messages: list[BaseMessage], config: RunnableConfig | None,
+                         stop: list[str] | None, kwargs: dict[str, Any]) -> BaseMessage:
+        """The call as a step (inside a running node: :func:`~outlive_langgraph.node_step`);
+        the wrapped model is invoked with the caller's config (its callbacks, tracing)."""
         worker = current_worker()
         turn = sum(1 for m in messages if isinstance(m, AIMessage))
 
         async def call() -> Any:
-            reply = await self.inner.ainvoke(messages, stop=stop, **kwargs)
+            reply = await self.inner.ainvoke(messages, config, stop=stop, **kwargs)
             return message_to_dict(reply)
 
         saved = await model_step(worker, f"{self.step_prefix}:{turn}",
                                  conversation=conversation(messages),
                                  settings=self._settings(stop, kwargs), tools=self.tool_schemas,
-                                 call=call)
-        reply = messages_from_dict([saved])[0]
+                                 call=call, step=node_step)
+        return messages_from_dict([saved])[0]
+
+    async def ainvoke(self, input: LanguageModelInput, config: RunnableConfig | None = None,
+                      *, stop: list[str] | None = None, **kwargs: Any) -> AIMessage:
+        """The wrapped model's ``ainvoke`` as a journaled step: LangChain's chat-model run
+        (callbacks, tracing) is the wrapped model's, once, not a second one around it."""
+        if isinstance(input, PromptValue):
+            messages = input.to_messages()
+        elif isinstance(input, str):
+            messages = [HumanMessage(input)]
+        else:
+            messages = convert_to_messages(input)
+        reply = await self._journaled(messages, config, stop, kwargs)
+        if not isinstance(reply, AIMessage):
+            raise ConfigError(f"the wrapped model answered {type(reply).__name__}, not an AIMessage")
+        return reply
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                         **kwargs: Any) -> ChatResult:
+        reply = await self._journaled(messages, None, stop, kwargs)
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
@@ -191,7 +221,7 @@ def outlive_tools(tools: Sequence[BaseTool | Callable[..., Any]], *, effects: It
 
             saved = await read_tool_step(worker, f"tool:{_turn(request.state)}:{call_id}",
                                          tool=name, args=args, reads=narrowed.get(name),
-                                         call=run_tool)
+                                         call=run_tool, step=node_step)
             message = messages_from_dict([saved])[0]
             assert isinstance(message, ToolMessage)
             return message

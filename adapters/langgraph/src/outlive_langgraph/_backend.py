@@ -53,11 +53,13 @@ from ._checkpoint import (
     FencedAsyncSqliteSaver,
     FencedCheckpointer,
     NodeEntry,
+    QueuesEntries,
     Rows,
     TaskWrites,
 )
 from ._config import parse_url
 from ._context import (
+    IN_NODE,
     INSIDE_TASK,
     PENDING_TASK_WRITE,
     Durability,
@@ -191,6 +193,17 @@ class LangGraphBackend(Backend):
         object as already committed. In ``run_step``'s one-task program LangGraph's
         ``put_writes`` of the task that ran the body writes the journal entry with it.
         """
+        node = IN_NODE.get()
+        if node is not None:
+            queue = self.entry_queue(call, node)
+            if queue is not None:
+                # A step inside a running node: its entry rides the attempt's next fenced write.
+                result = await fn()   # (its size, as the rest, is checked by the ledger)
+                command = record(result)
+                if isinstance(command, L.RecordSteps):
+                    queue.queue_entry((call.work_id, call.attempt, call.token), command)
+                    return result, Outcome(kind="queued")
+                return result, await self.execute(call.work_id, command)
         if INSIDE_TASK.get():
             pending = PENDING_TASK_WRITE.get()
             if pending is None or pending.step != call.step or pending.value \
@@ -268,6 +281,34 @@ class LangGraphBackend(Backend):
             return result, outcomes[0]
         # LangGraph wrote no such row (another shape of write, or none before returning).
         return result, await self.execute(call.work_id, record(result))
+
+    def entry_queue(self, call: StepCall, config: RunnableConfig) -> QueuesEntries | None:
+        """Where a step inside the running node of ``config`` (:func:`node_step`) may queue its
+        journal entry for the attempt's next fenced write: this backend's saver, when the node
+        runs for the step's attempt on it under ``durability="sync"`` (LangGraph then starts no
+        superstep before the last one's checkpoint returned); None: commit the entry now."""
+        saver = self._entry_saver()
+        conf = config.get("configurable") or {}
+        if saver is None or conf.get(CONFIG_KEY_CHECKPOINTER) is not saver \
+                or conf.get(CONFIG_KEY_DURABILITY) not in ("sync", "async") \
+                or owner_of(config) != (call.work_id, call.attempt, call.token):
+            return None
+        return saver
+
+    def _entry_saver(self) -> QueuesEntries | None:
+        """This backend's saver, if it carries queued entries (None: it does not)."""
+        return None
+
+    async def _flush_entries(self, work_id: str, command: Command) -> None:
+        """Send the entries queued for ``command``'s attempt before the command itself (its
+        effects, waits and candidate follow them in the ledger). Not before a heartbeat."""
+        saver = self._entry_saver()
+        if saver is None or not (saver.entries or saver._carrying or saver.refused) \
+                or type(command) is L.Heartbeat:
+            return
+        attempt, token = getattr(command, "attempt", None), getattr(command, "token", None)
+        if isinstance(attempt, int) and isinstance(token, int):
+            await saver.flush_entries((work_id, attempt, token))
 
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run the body once as the task of an entrypoint invocation on the attempt's thread.
@@ -422,7 +463,11 @@ class LangGraphSqliteBackend(LangGraphBackend):
             assert mapped is not None  # every sqlite3.DatabaseError maps
             raise mapped from exc
 
+    def _entry_saver(self) -> QueuesEntries | None:
+        return self._saver
+
     async def execute(self, work_id: str, command: Command) -> Outcome:
+        await self._flush_entries(work_id, command)
         entry = _NODE_ENTRY.get()
         if entry is not None and entry.body_done and not entry.written:
             return await self._carried_execute(work_id, command, entry)
@@ -528,6 +573,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         """The core store's write transaction, with LangGraph's rows added before its COMMIT."""
         if slot is None:
             return await self.execute(work_id, command), False
+        await self._flush_entries(work_id, command)
         saver = self._db()
         sql, rows = saver.task_rows(slot, writes)
         ledger = self._store
@@ -581,6 +627,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         att = worker.attempt
         command = L.Wait(attempt=att.number, token=att.token, reason=reason, at=worker.clock(),
                          secret=att.secret)
+        await self._flush_entries(worker.work_id, command)
         ledger, row = self._store, (worker.work_id, att.number, att.secret)
 
         def run(conn: sqlite3.Connection) -> Outcome:

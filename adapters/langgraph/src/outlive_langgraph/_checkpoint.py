@@ -25,7 +25,7 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar, cast
 
 import aiosqlite
@@ -44,14 +44,15 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
 from outlive.backend import Backend
-from outlive.errors import ConfigError, NotFound
-from outlive.ledger import check_owner
+from outlive.errors import ConfigError, NotFound, OutliveError
+from outlive.ledger import RecordSteps, check_owner
 from outlive.records import WorkState
 from outlive.sqlstore import SqliteLedgerStore
 
 from ._context import TaskWrite, is_special, note_wait, owner_of
 
-__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "NodeEntry", "TaskWrites", "may_write"]
+__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "NodeEntry", "QueuesEntries",
+           "TaskWrites", "may_write"]
 
 _RETURN = "__return__"  # the channel LangGraph saves a Functional API task's result on
 
@@ -317,7 +318,121 @@ class HoldsWrites(Generic[_Call]):
             held.sent.set_result(False)
 
 
-class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
+Owner = tuple[str, int, int]
+
+
+class QueuesEntries:
+    """A saver that carries the journal entries of steps inside a running node
+    (:func:`~outlive_langgraph.node_step`) in the attempt's next fenced write.
+
+    An entry waits here (``queue_entry``) instead of being a commit of its own; the attempt's
+    next fenced write (the node's ``put_writes``, the superstep's checkpoint) sends the queued
+    entries as one ledger command with LangGraph's statements in its transaction
+    (``_carry_entries``, the saver's own), so nothing the node returned lands without them.
+    Another ledger command of the attempt first sends them alone (:meth:`flush_entries`), and
+    so does a timer (:attr:`entry_seconds`) when no write comes. A refusal of the entries (a
+    replaced attempt, a bad entry) is kept: every later write of that attempt through this
+    saver raises it again, so none lands without the entries it follows.
+    """
+
+    #: How long queued entries wait for a write to carry them before they go alone.
+    entry_seconds: float
+    #: Ledger commands carried in one of LangGraph's writes, and sent alone (tests, benchmarks).
+    carried_entries: int
+    flushed_entries: int
+
+    def _init_entries(self) -> None:
+        self.entry_seconds = 1.0
+        self.carried_entries = 0
+        self.flushed_entries = 0
+        self.entries: dict[Owner, list[RecordSteps]] = {}
+        self._entry_timers: dict[Owner, asyncio.TimerHandle] = {}
+        #: The attempt's write carrying its entries, sent but maybe not ended.
+        self._carrying: dict[Owner, asyncio.Future[Any]] = {}
+        #: The ledger's refusal of an attempt's entries, raised again by its later writes.
+        self.refused: dict[Owner, OutliveError] = {}
+
+    def queue_entry(self, owner: Owner, command: RecordSteps) -> None:
+        """Hold ``command`` (a step's journal entry) for the attempt's next fenced write."""
+        queued = self.entries.get(owner)
+        if queued is None:
+            queued = self.entries[owner] = []
+            self._entry_timers[owner] = asyncio.get_running_loop().call_later(
+                self.entry_seconds, self._flush_soon, owner)
+        queued.append(command)
+
+    def has_entries(self, owner: Owner) -> bool:
+        """Whether a write for ``owner`` must carry (or wait for, or re-raise) entries first."""
+        return owner in self.entries or owner in self._carrying or owner in self.refused
+
+    def _take_entries(self, owner: Owner) -> RecordSteps | None:
+        """The queued entries as one command (None: none), no longer queued."""
+        timer = self._entry_timers.pop(owner, None)
+        if timer is not None:
+            timer.cancel()
+        queued = self.entries.pop(owner, None)
+        if not queued:
+            return None
+        if len(queued) == 1:
+            return queued[0]
+        return replace(queued[-1], entries=tuple(e for c in queued for e in c.entries))
+
+    async def _before_write(self, owner: Owner) -> RecordSteps | None:
+        """Let the attempt's carrier in flight end, raise a kept refusal, take the queue."""
+        while (carrying := self._carrying.get(owner)) is not None:
+            await asyncio.wait((carrying,))
+        refused = self.refused.get(owner)
+        if refused is not None:
+            raise refused
+        return self._take_entries(owner)
+
+    async def flush_entries(self, owner: Owner) -> None:
+        """Send the attempt's queued entries on their own (another command of it comes next)."""
+        if not self.has_entries(owner):
+            return
+        command = await self._before_write(owner)
+        if command is not None:
+            await self._send_entries(owner, command, None)
+            self.flushed_entries += 1
+
+    def _flush_soon(self, owner: Owner) -> None:
+        """No write came in time: the entries go alone (a failure is kept for the next write)."""
+        self._entry_timers.pop(owner, None)
+        if owner in self.entries and owner not in self._carrying:
+            task = asyncio.get_running_loop().create_task(self.flush_entries(owner))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _send_entries(self, owner: Owner, command: RecordSteps,
+                            rows: Callable[[Any], None] | None) -> bool:
+        """``command`` with LangGraph's statements (``rows``, the saver's own way to add them
+        to the ledger's write); True if they went in its transaction. Entries whose write
+        failed are queued again; a refusal is kept for the attempt's later writes."""
+        ended = self._carrying[owner] = asyncio.get_running_loop().create_future()
+        try:
+            carried = await self._carry_entries(owner, command, rows)
+        except OutliveError as exc:
+            self.refused[owner] = exc
+            while len(self.refused) > TaskWrites.KEEP:
+                del self.refused[next(iter(self.refused))]
+            raise
+        except BaseException:
+            # Failed (or cancelled, maybe committed: sent again, a journaled entry is a no-op).
+            self.entries.setdefault(owner, []).insert(0, command)
+            raise
+        finally:
+            if self._carrying.get(owner) is ended:
+                del self._carrying[owner]
+            ended.set_result(None)
+        if carried:
+            self.carried_entries += 1
+        return carried
+
+    async def _carry_entries(self, owner: Owner, command: RecordSteps,
+                             rows: Any) -> bool:
+        raise NotImplementedError
+
+
+class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
                               HoldsWrites[Statement]):
     """``AsyncSqliteSaver`` on the ledger's file: the owner check and the write, one transaction.
 
@@ -358,6 +473,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
         self.in_flight: dict[str, asyncio.Future[None]] = {}
         #: LangGraph ``put_writes`` that came while their task's journal write was in flight.
         self.waited = 0
+        self._init_entries()
 
     async def in_thread(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the sqlite3 connection in aiosqlite's thread, as one call.
@@ -386,6 +502,31 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
                 raise
 
         await self.in_thread(tx)
+
+    async def _carry_entries(self, owner: Owner, command: RecordSteps,
+                             rows: Callable[[sqlite3.Connection], None] | None) -> bool:
+        """The core store's write of ``command`` with ``rows`` (LangGraph's statements) added
+        before its COMMIT, in the connection's thread; True if they went in (the ledger wrote)."""
+        ledger = self.store
+        done: list[bool] = []
+
+        def run(conn: sqlite3.Connection) -> None:
+            before = ledger.before_commit
+            if rows is not None:
+                def also(tx: sqlite3.Connection) -> None:
+                    if before is not None:
+                        before(tx)
+                    rows(tx)
+                    done.append(True)
+
+                ledger.before_commit = also  # this connection's thread, one write at a time
+            try:
+                ledger.run(conn, owner[0], command)
+            finally:
+                ledger.before_commit = before
+
+        await self.in_thread(run)
+        return bool(done)
 
     def _owners(self, conn: sqlite3.Connection, work_id: str) -> WorkState | None:
         """The work as the owner check needs it, inside the write's transaction.
@@ -419,6 +560,18 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
         if not self.is_setup:   # (``setup`` takes the saver's lock even when it is done)
             await self.setup()
         owner = owner_of(config)
+        if owner is not None and self.has_entries(owner):
+            command = await self._before_write(owner)
+            if command is not None:
+                def rows(tx: sqlite3.Connection) -> None:
+                    if stray is not None:
+                        tx.execute(_DELETE_TASK_WRITES, (stray.thread_id, stray.checkpoint_ns,
+                                                         stray.checkpoint_id, stray.task_id))
+                    for sql, rows_ in calls:
+                        tx.executemany(sql, rows_)
+
+                if await self._send_entries(owner, command, rows):
+                    return   # LangGraph's statements committed with the entries
 
         def write(conn: sqlite3.Connection) -> None:
             if owner is not None:
@@ -441,10 +594,12 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
         thread = str(conf["thread_id"])
         rows = [(thread, conf["checkpoint_ns"], checkpoint["id"], conf.get("checkpoint_id"), type_,
                  blob, meta)]
-        owner = owner_of(config) if self.deferred else None
+        owner = owner_of(config) if self.deferred or self._held else None
         entry = self.deferred.get(owner) if owner is not None else None
         if entry is not None:
             await self._put_with_entry(config, entry, rows)
+        elif owner is not None and self._held and owner in self._held:
+            await self._put_with_held(config, owner, rows)
         elif not (thread in self.carry_threads and metadata.get("source") == "input"
                 and owner_of(config) is None and await self.carry(thread, _PUT, rows)):
             await self._fenced(config, _PUT, rows)
@@ -471,6 +626,25 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
                 self.carried += 1
             else:
                 await self._fenced_all(config, calls)
+        except BaseException:
+            for h in held:   # each is written again by its own call, checked on its own
+                if not h.sent.done():
+                    h.sent.set_result(False)
+            raise
+        for h in held:
+            if not h.sent.done():
+                h.sent.set_result(True)
+                self.held += 1
+
+    async def _put_with_held(self, config: RunnableConfig, owner: Owner,
+                             rows: list[tuple[Any, ...]]) -> None:
+        """The checkpoint with the ``put_writes`` held for it (and the entries queued for the
+        attempt, :meth:`_fenced_all`): the superstep's one transaction."""
+        held = self._held.pop(owner, [])
+        calls: Rows = [c for h in held for c in h.calls]
+        calls.append((_PUT, rows))
+        try:
+            await self._fenced_all(config, calls)
         except BaseException:
             for h in held:   # each is written again by its own call, checked on its own
                 if not h.sent.done():
@@ -533,12 +707,12 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites,
         sql, rows = self.task_rows(TaskWrite(
             thread_id=str(conf["thread_id"]), checkpoint_ns=str(conf["checkpoint_ns"]),
             checkpoint_id=str(conf["checkpoint_id"]), task_id=task_id, task_path=task_path), writes)
-        if stray is None and self.deferred and self.hold_seconds > 0 \
+        if stray is None and (self.deferred or self.entries) and self.hold_seconds > 0 \
                 and not any(w[0] in WRITES_IDX_MAP for w in writes):
             owner = owner_of(config)
-            if owner is not None and owner in self.deferred \
+            if owner is not None and (owner in self.deferred or owner in self.entries) \
                     and await self._hold(owner, [(sql, rows)]):
-                return  # committed with the node's entry and the superstep's checkpoint
+                return  # committed with the node's entries and the superstep's checkpoint
         await self._fenced(config, sql, rows, stray)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

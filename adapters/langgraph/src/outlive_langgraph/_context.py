@@ -32,6 +32,11 @@ DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
 #: ``outlive_node``): ``run_step`` must then not start a second invocation.
 INSIDE_TASK: ContextVar[bool] = ContextVar("outlive_langgraph_inside_task", default=False)
 
+#: Set by :func:`~outlive_langgraph.node_step` around its step: the config of the running node
+#: the step is inside (its owner, saver and durability say whether the journal entry may ride
+#: the node's own save). Reset inside the step's body: steps the body runs are not this one.
+IN_NODE: ContextVar[RunnableConfig | None] = ContextVar("outlive_langgraph_in_node", default=None)
+
 #: Keys added to the user's ``configurable``: plain scalars, so LangGraph also copies them into
 #: every checkpoint's metadata (each checkpoint names the attempt that wrote it).
 OWNER_KEYS = ("outlive_work", "outlive_attempt", "outlive_token")

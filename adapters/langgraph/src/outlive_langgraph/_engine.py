@@ -45,6 +45,7 @@ from outlive.records import AttemptState
 from outlive.worker import Persist
 
 from ._context import (
+    IN_NODE,
     INSIDE_TASK,
     PENDING_TASK_WRITE,
     WORKER_KEY,
@@ -61,6 +62,7 @@ __all__ = [
     "begin",
     "current_worker",
     "durability_for",
+    "node_step",
     "outlive_node",
     "outlive_task",
     "persist_for",
@@ -199,6 +201,35 @@ async def _when_sent(worker: Worker, step: str, fn: Callable[..., Any], inputs: 
     # Retrieved if nobody awaits the call (the entrypoint's checkpoint still waits for it).
     running.add_done_callback(lambda t: t.cancelled() or t.exception())
     return pending.sent.result(), running
+
+
+async def node_step(name: str, fn: Callable[..., Any], /, **inputs: Any) -> Any:
+    """``Worker.step`` for a step inside a running node of the attempt's graph (a model call in
+    a prebuilt agent's node, a tool call in a ``ToolNode``): the body runs right here, and its
+    journal entry rides the node's own save instead of a commit of its own.
+
+    On ``langgraph+sqlite`` under ``durability="sync"``, with the backend's saver, the entry
+    commits in the transaction of the attempt's next fenced write - the node's ``put_writes``,
+    or the superstep's checkpoint - so nothing the node returned is saved without it, and a
+    refused entry (a replaced attempt, a bad input) is raised by that write before LangGraph
+    starts the next superstep. Any other ledger command of the attempt (an effect's intent, a
+    wait, the candidate) commits the entries first. Elsewhere (another saver, another
+    durability, outside a graph, inside an ``outlive_task``) it is ``Worker.step``, run inline.
+    The step returns before its entry commits: do not tell the world about its result except
+    through outlive (an effect) or LangGraph (the node's update).
+    """
+    worker = current_worker()
+    if INSIDE_TASK.get():
+        return await _inline(worker, name, fn, inputs)
+    try:
+        config: RunnableConfig | None = get_config()
+    except RuntimeError:
+        config = None
+    token = IN_NODE.set(config)
+    try:
+        return await _inline(worker, name, fn, inputs)
+    finally:
+        IN_NODE.reset(token)
 
 
 class OutliveTask(Generic[P, T]):
