@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from outlive import ledger as L
-from outlive.errors import InvalidRecord, NotFound, PayloadTooLarge
+from outlive.errors import InvalidRecord, NotController, NotFound, PayloadTooLarge
 from outlive.records import AttemptState, Contract
 from outlive.rules import LatestAccepted, LatestFinished, PinnedVersion, Requires, StrictCurrent
 from outlive_temporal import (
@@ -183,6 +183,13 @@ async def test_waiting_for_a_signal_is_waiting_not_silence(client: Client, queue
     await asyncio.sleep(3.5)                         # three leases and more
     out = await work.execute(L.MarkUnknown(attempt=att.number, at=0))
     assert out.kind == "unchanged"                   # waiting is not silence
+    # a client holding another secret than the workers' proves nothing: refused, nothing written
+    stranger = WorkHandle(handle, credential="not the workers' key")
+    with pytest.raises(NotController):
+        await stranger.execute(L.MarkUnknown(attempt=att.number, at=0))
+    with pytest.raises(NotController):
+        await stranger.publish("v2", {"s1": "ap-a", "s2": "ap-c"})
+    assert [v.version for v in (await work.ledger()).inputs] == ["v1"]
     assert (await work.ledger()).attempts[-1].state is AttemptState.WAITING
     await handle.signal(app.ApprovalWork.approve)
     res = await handle.result()
