@@ -103,7 +103,8 @@ async def _outlive_idle(url: str, n: int) -> dict[str, Any]:
             await rt.start(kind, f"idle/{i}", "v1", {"ticket": f"ticket {i}"})
         while True:   # every attempt admitted and waiting
             await asyncio.sleep(0.5)
-            if not rt._dirty and all(w.task is not None for w in rt._works.values()):
+            if not (rt._todo_ids or rt._urgent) and all(w.task is not None
+                                                        for w in rt._works.values()):
                 break
         await asyncio.sleep(2)
         c0, t0 = time.process_time(), time.perf_counter()
