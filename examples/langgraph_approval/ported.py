@@ -9,7 +9,7 @@ from langgraph.constants import START, END
 from langgraph.graph import StateGraph
 from langgraph.types import interrupt, Command
 import outlive
-from outlive_langgraph import attempt_config, begin, outlive_node, rejoin
+from outlive_langgraph import invoke_work, outlive_node
 
 # Define the shared graph state
 class State(TypedDict):
@@ -58,19 +58,10 @@ builder.add_edge("rejected_path", END)
 async def main(url, answer=None):
     async with await outlive.open_backend(url) as backend:
         graph = builder.compile(checkpointer=backend.checkpointer)
-        config = {"configurable": {"thread_id": "approval-1"}}
-        if answer is None:  # Run until interrupt; this process then exits
-            worker = await begin(backend, "approval-1", "v1", {"request": "approve the output"})
-            result = await graph.ainvoke({}, config=attempt_config(worker, config))
-            print(result["__interrupt__"])
-        else:  # Resume with the human's input, in another process: the attempt carries on here
-            worker = await rejoin(backend, "approval-1")
-            final_result = await graph.ainvoke(Command(resume=answer), config=attempt_config(worker, config))
-            print(final_result)
-            cand = await worker.candidate(final_result)   # judged, then announced once:
-            await outlive.Controller(backend).assess("approval-1", cand.digest, CONTRACT, lambda c, v: (True, answer))
-            await worker.effect(f"announce:approval-1:{cand.digest}", final_result, announce)
-            await worker.finish()
+        # Run until interrupt and exit; later, in another process, resume with the human's input
+        result = await invoke_work(backend, graph, Command(resume=answer) if answer else {}, work_id="approval-1",
+                                   parts={"request": "approve the output"}, contract=CONTRACT, announce=announce)
+        print(result.get("__interrupt__") or result)
 
 CONTRACT = outlive.Contract(name="approved", version="1", assessor="a person")
 announce = lambda key, decision: outlive.SqliteReceiver("feed.db").receive(key, decision, lambda conn, d: d["decision"])

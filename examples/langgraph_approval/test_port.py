@@ -3,6 +3,7 @@ OS process, after the first one exited at ``interrupt()``."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ import outlive
 from outlive.records import AttemptState, EffectState
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 
 
 def _run(module: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -51,3 +53,21 @@ async def test_the_port_is_answered_from_a_second_process(tmp_path: Path) -> Non
     feed = sqlite3.connect(tmp_path / "feed.db")
     assert feed.execute("SELECT count(*) FROM outlive_receiver_keys").fetchone() == (1,)
     feed.close()
+
+
+def test_the_port_changes_at_most_30_lines_and_the_docs_show_its_diff() -> None:
+    """Lines added or removed, as a diff counts them (issue 41's limit), and the diff the
+    porting page shows is this one, hunk for hunk."""
+    before = (HERE / "original.py").read_text().splitlines()
+    after = (HERE / "ported.py").read_text().splitlines()
+    changed = [d for d in difflib.unified_diff(before, after, lineterm="", n=0)
+               if d[:1] in "+-" and not d.startswith(("+++", "---"))]
+    assert len(changed) <= 30
+    page = (ROOT / "docs" / "porting-langgraph.md").read_text()
+    section = page[page.index("## The approve/reject `interrupt()` example"):]
+    assert section.startswith(f"## The approve/reject `interrupt()` example, answered from "
+                              f"another process: {len(changed)} lines changed")
+    shown = section[section.index("```diff\n") + 8:section.index("\n```\n")]
+    diff = [d for d in difflib.unified_diff(before, after, lineterm="")
+            if not d.startswith(("+++", "---"))]
+    assert shown.splitlines() == diff

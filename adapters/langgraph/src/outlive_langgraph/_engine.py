@@ -36,12 +36,13 @@ from langgraph.func import task
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
-from outlive import Controller, External, Worker
+from outlive import Contract, Controller, External, Worker
 from outlive import ledger as L
 from outlive.backend import Backend, StepCall
+from outlive.controller import Assessor
 from outlive.errors import AttemptClaimed, AttemptEnded, ConfigError, InvalidRecord, NotFound
 from outlive.hashing import content_hash, input_key
-from outlive.records import AttemptState
+from outlive.records import AttemptState, Candidate, InputVersion
 from outlive.worker import Persist
 
 from ._context import (
@@ -62,6 +63,7 @@ __all__ = [
     "begin",
     "current_worker",
     "durability_for",
+    "invoke_work",
     "node_step",
     "outlive_node",
     "outlive_task",
@@ -554,6 +556,49 @@ async def rejoin(backend: Backend, work_id: str, inputs: Mapping[str, Any] | Non
         raise AttemptClaimed(f"another process answered the wait of attempt #{att.number} of "
                              f"{work_id} first", attempt=att.number, work_id=work_id)
     return worker
+
+
+def _accept(candidate: Candidate, version: InputVersion | None) -> tuple[bool, str]:
+    return True, "accepted by the person who answered"
+
+
+async def invoke_work(backend: Backend, graph: Pregel[Any, Any, Any, Any], input: Any,
+                      config: RunnableConfig | None = None, *, work_id: str | None = None,
+                      version: str = "v1", parts: Mapping[str, Any] | None = None,
+                      contract: Contract | None = None, verdict: Assessor = _accept,
+                      announce: Callable[[str | None, Any], Any] | None = None) -> Any:
+    """The direct path (your own code drives the graph) in one call, from any process.
+
+    A new input starts the work (:func:`begin`: opened, ``version`` of ``parts`` published,
+    its first attempt admitted); a ``Command(resume=...)`` answers its waiting attempt
+    (:func:`rejoin`: a second answer to one wait is refused). The graph runs with the attempt's
+    identity on the thread of ``config`` (default: the work id, which is also the work's default
+    name). Stopped at ``interrupt()``, the attempt is ``waiting`` and the output is returned.
+    When the graph ends, its output is the attempt's candidate; with ``contract`` the candidate
+    is judged (``verdict(candidate, version) -> (accepted, note)``, an assessor; default:
+    accepted, the person's answer being the judgement), ``announce(key, output)`` is
+    sent once as an effect keyed by the candidate (its receiver keeps the key), and the attempt
+    finishes. Returns the graph's output.
+    """
+    conf = (config or {}).get("configurable") or {}
+    work = work_id or str(conf.get("thread_id") or "")
+    if not work:
+        raise ConfigError("invoke_work needs the work's id: work_id=..., or a thread_id in the "
+                          "config (the thread is the work)")
+    if isinstance(input, Command) and input.resume is not None:
+        worker = await rejoin(backend, work)
+    else:
+        worker = await begin(backend, work, version, dict(parts or {}))
+    out = await graph.ainvoke(input, attempt_config(worker, config))
+    if await worker.parked():
+        return out   # waits on a person: whoever answers carries the attempt on
+    candidate = await worker.candidate(out)
+    if contract is not None:
+        await Controller(backend).assess(work, candidate.digest, contract, verdict)
+        if announce is not None:
+            await worker.effect(f"announce:{work}:{candidate.digest}", out, announce)
+    await worker.finish()
+    return out
 
 
 async def _resuming(worker: Worker, input: Any) -> None:
