@@ -95,10 +95,10 @@ def read_attachment_tool(name: str) -> str:
 
 
 class _LangGraph:
-    """The baseline on LangGraph's ``AsyncSqliteSaver`` (its own file, LangGraph's default
-    durability); outlive's side on ``langgraph+sqlite`` (the ledger in the checkpoints' file,
-    ``backend.checkpointer``, ``durability="sync"``): each step's journal entry rides the
-    node's own save (``node_step``), so a superstep is the baseline's two commits."""
+    """The baseline on LangGraph's ``AsyncSqliteSaver`` (its own file); outlive's side on
+    ``langgraph+sqlite`` (the ledger in the checkpoints' file, ``backend.checkpointer``); both
+    under LangGraph's default durability (``"async"``). Each step's journal entry rides the
+    node's own save (``node_step``): a superstep is one commit, the baseline's two."""
 
     def __init__(self, tmp: Path, turns: int) -> None:
         self.tmp, self.turns = tmp, turns
@@ -126,7 +126,9 @@ class _LangGraph:
         if ours:
             worker = await _attempt(self.backend, f"w{seq[0]}")
             t0 = time.perf_counter()
-            await run(self.ours, prompt, worker=worker, config=cfg)
+            # LangGraph's default durability, the baseline's (each superstep's checkpoint is
+            # saved while the next one runs; the journal entries ride those saves)
+            await run(self.ours, prompt, worker=worker, config=cfg, durability="async")
         else:
             t0 = time.perf_counter()
             await self.plain.ainvoke(prompt, cfg)
