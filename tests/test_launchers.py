@@ -56,3 +56,53 @@ def test_demo_runs_the_main_run_on_an_engine_it_starts_itself(engine: str) -> No
     else:
         assert url.scheme == engine and url.hostname == "127.0.0.1"
         assert url.port is not None and not port_open(url.port)     # stopped on exit
+
+
+_OWNER = """
+import sys
+from outlive._launch import Launcher
+
+class Sleeper(Launcher):
+    url = "none://"
+    def start(self):
+        self.proc = self.spawn(["sleep", "600"])
+        return self
+    def stop(self):
+        pass
+
+s = Sleeper().start()
+print(s.proc.pid, flush=True)
+sys.stdin.read()          # until the test kills this process
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_a_launched_server_stops_when_its_owner_is_killed(sig: str) -> None:
+    """A server runs on after its owner dies without its teardown (a ``timeout`` wrapper's
+    SIGTERM, a SIGKILL) no more: the owner's watchdog stops it."""
+    import signal
+
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    try:
+        assert owner.stdout is not None
+        server = int(owner.stdout.readline())
+        assert _running(server)
+        owner.send_signal(getattr(signal, sig))
+        owner.wait(30)
+        deadline = time.monotonic() + 30      # a bound on waiting, not a speed assertion
+        while _running(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(server), "the server outlived its owner"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(10)

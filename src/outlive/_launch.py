@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any, Self
 from .errors import BackendUnavailable
 
 __all__ = ["LAUNCHERS", "LaunchError", "Launcher", "free_port", "http_ok", "launcher_main",
-           "port_open",
+           "guard", "port_open",
            "start_engine", "stop_process", "wait_until"]
 
 #: engine -> (``"module:Launcher"``, the extra that installs it); imported only when asked for.
@@ -100,6 +101,73 @@ def stop_process(proc: subprocess.Popen[bytes] | None, *, sig: int = signal.SIGT
         proc.wait(timeout)
 
 
+#: The watchdog's program: read ``pid start-time`` lines until EOF (the owner's end of the pipe
+#: closed: it exited, however it exited), then stop each process still running that started at
+#: the time it was registered with (a reused PID is left alone): SIGTERM, SIGKILL after 10 s.
+_WATCHDOG = """
+import os, signal, sys, time
+def started(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+procs = [line.split() for line in sys.stdin.buffer.read().decode().splitlines() if line]
+mine = [int(pid) for pid, start in procs if started(int(pid)) == start]
+for pid in mine:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+end = time.monotonic() + 10
+while mine and time.monotonic() < end:
+    time.sleep(0.1)
+    mine = [pid for pid in mine if started(pid) is not None]
+for pid in mine:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+_GUARD: dict[int, int] = {}          # owner pid -> the write end of its watchdog's pipe
+_GUARD_LOCK = threading.Lock()
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def guard(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``proc`` when this process dies, however it dies (Linux; elsewhere nothing).
+
+    A server started by a test process killed without its teardown (a ``timeout`` wrapper's
+    SIGTERM, a SIGKILL) outlived it. One watchdog process per owner holds the read end of a pipe
+    whose only write end the owner keeps; each guarded process is registered on it. When the
+    owner exits the pipe closes, and the watchdog stops every registered process that still runs
+    (checked by its start time, so a reused PID is never signalled). Nothing polls meanwhile.
+    """
+    start = _start_time(proc.pid)
+    if start is None:
+        return
+    with _GUARD_LOCK:
+        fd = _GUARD.get(os.getpid())
+        if fd is None:
+            read, fd = os.pipe()     # non-inheritable: no other child holds the write end
+            try:
+                subprocess.Popen([sys.executable, "-c", _WATCHDOG], stdin=read,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+            finally:
+                os.close(read)
+            _GUARD[os.getpid()] = fd
+        os.write(fd, f"{proc.pid} {start}\n".encode())
+
+
 class Launcher(abc.ABC):
     """A server this process owns: ``with Launcher() as server: use(server.url)``.
 
@@ -132,11 +200,14 @@ class Launcher(abc.ABC):
 
     def spawn(self, cmd: Sequence[str], *, log_name: str = "server.log",
               env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
-        """Start one process of this server, its output appended to ``base_dir/log_name``."""
+        """Start one process of this server, its output appended to ``base_dir/log_name``; it
+        is stopped if this process dies without stopping it (:func:`guard`)."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         with open(self.base_dir / log_name, "ab") as log:
-            return subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, **popen)
+        guard(proc)
+        return proc
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of every log in ``base_dir`` (for error messages)."""
