@@ -327,3 +327,60 @@ async def test_rows_added_to_the_ledgers_write_land_only_with_its_compare_and_se
     assert pg_write_with(None, [("SELECT 1 FROM head", [])]) is None
     assert all(pg_write_carries(s) for s in sent) and not pg_write_carries(None)
     assert pg_write_with(("UPDATE outlive_works SET seq = 1", ()), []) is None
+
+
+async def _xid(url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (await conn.execute("SELECT pg_current_xact_id()::text::bigint")).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def test_commands_in_flight_together_share_one_transaction(pg_server: PostgresServer) -> None:
+    """Group commit on PostgreSQL: the writes of many works queued at the same moment go to the
+    server as one pipeline, one implicit transaction, one commit (each write had its own: a
+    runtime recovering a thousand works spent its time in round trips and commits)."""
+    import asyncio
+    url = _db(pg_server, "group")
+    b = await outlive.open_backend(url)
+    try:
+        before = await _xid(url)
+        outs = await asyncio.gather(*(b.execute(f"w{i}", L.OpenWork(policy=outlive.Policy()))
+                                      for i in range(40)))
+        after = await _xid(url)
+        assert [o.kind for o in outs] == ["opened"] * 40
+        assert after - before <= 5   # a transaction per batch (and the probe's own): not 40
+        assert sorted(await b.works()) == sorted(f"w{i}" for i in range(40))
+    finally:
+        await b.close()
+
+
+async def test_a_batch_with_a_failing_statement_lands_each_command_alone(
+        pg_server: PostgresServer) -> None:
+    """One statement of a batch fails (here: a row another session holds past lock_timeout):
+    the server rolled the whole batch back, so each command runs again on its own; every caller
+    gets its own answer and nothing is lost or applied twice."""
+    import asyncio
+    url = _db(pg_server, "groupfail")
+    b = await outlive.open_backend(url + "?lock_timeout=100&timeout=20000")
+    holder = await psycopg.AsyncConnection.connect(url)
+    try:
+        for i in range(20):
+            await b.execute(f"w{i}", L.OpenWork(policy=outlive.Policy()))
+        await holder.execute("SELECT 1 FROM outlive_works WHERE work_id = 'w7' FOR UPDATE")
+
+        async def release() -> None:
+            await asyncio.sleep(0.5)
+            await holder.rollback()
+        releasing = asyncio.ensure_future(release())
+        outs = await asyncio.gather(*(b.execute(f"w{i}", L.PublishInput(
+            version="v1", parts={"s1": f"{i:064x}"}, at=0)) for i in range(20)))
+        await releasing
+        assert all(o.kind == "published" for o in outs)
+        for i in range(20):
+            st = await b.load(f"w{i}")
+            assert st is not None and [v.version for v in st.inputs] == ["v1"]
+        assert b.busy_retries > 0   # w7 waited alone for the row, after the batch was undone
+    finally:
+        await holder.close()
+        await b.close()

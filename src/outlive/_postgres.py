@@ -12,7 +12,17 @@ writer never holds up other works at all. ``synchronous_commit=on``: a commit is
 
 URL options (milliseconds): ``lock_timeout`` (default 2000),
 ``idle_in_transaction_session_timeout`` (default 10000), ``pool`` (connections per backend,
-default 4), ``timeout`` (how long a command may keep retrying a busy work, default 30000).
+default 4), ``timeout`` (how long a command may keep retrying a busy work, default 30000);
+``group`` (default 64): at most this many reads and writes queued at the same moment go to the
+server together, in one pipeline and one transaction (one commit; ``group=1``: each alone).
+
+Group commit: when many works' commands are in flight (a runtime recovering a thousand works),
+the requests queued while the previous batch was at the server are sent as one pipeline with no
+sync between them, which PostgreSQL runs as one implicit transaction: one round trip and one
+commit for the batch. No answer of the batch is given before its commit. If a statement fails,
+the whole batch was rolled back and each request runs again on its own; if the connection is
+lost, whether the batch committed is unknown and each command reads back, as a single write
+does. Writes go in order of work id, so two batches never wait on each other's rows in a cycle.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from .sqlstore import (
 __all__ = ["PostgresBackend", "PostgresLedger", "postgres_options", "while_busy"]
 
 _OPTIONS = {"lock_timeout": 2000, "idle_in_transaction_session_timeout": 10000, "pool": 4,
-            "timeout": 30000}
+            "timeout": 30000, "group": 64}
 #: Errors after which the transaction was rolled back by the server and may simply be retried.
 _RETRY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -93,6 +103,11 @@ def postgres_options(url: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[s
         if options[key] < 1:
             raise ConfigError(f"{url}: {key} must be positive", url=url)
     return urlunsplit(("postgresql", parts.netloc, parts.path, "", "")), options
+
+
+def _work_of(req: Request) -> str:
+    """The work a write is about, for a batch's lock order (reads take no lock: first)."""
+    return req.work_id if isinstance(req, Write) else ""
 
 
 class _Pool:
@@ -172,6 +187,9 @@ class PostgresLedger:
         #: the answer arrived: see :meth:`server_now`.
         self._server_ms = 0
         self._synced = 0.0
+        #: Requests waiting for the next batch (group commit), and the batches under way.
+        self._queued: list[tuple[Request, asyncio.Future[Any]]] = []
+        self._senders = 0
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         settings = (f"-c lock_timeout={self.options['lock_timeout']} "
@@ -336,12 +354,103 @@ class PostgresLedger:
         return BackendUnavailable(f"{self.url}: {exc}; nothing was written", url=self.url,
                                   landed=False)
 
+    # -- group commit ------------------------------------------------------------------------
+    async def _request(self, req: Request) -> Any:
+        """``req``'s answer: sent alone, or with the requests queued beside it (one batch)."""
+        if self.options["group"] <= 1 or self.before_write is not None:
+            return (await self._write(req) if isinstance(req, Write)
+                    else await self._query(req.sql, req.params))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queued.append((req, fut))
+        if self._senders < self.options["pool"]:
+            self._senders += 1
+            asyncio.get_running_loop().create_task(self._sender())
+        return await fut
+
+    async def _sender(self) -> None:
+        """Send what is queued, a batch at a time, until nothing is (one of at most ``pool``)."""
+        try:
+            while self._queued:
+                batch = self._queued[:self.options["group"]]
+                del self._queued[:len(batch)]
+                if len(batch) == 1:
+                    req, fut = batch[0]
+                    try:
+                        answer = (await self._write(req) if isinstance(req, Write)
+                                  else await self._query(req.sql, req.params))
+                    except BaseException as exc:   # the caller's, as a direct call raises it
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    else:
+                        if not fut.done():
+                            fut.set_result(answer)
+                    continue
+                await self._send_batch(batch)
+        finally:
+            self._senders -= 1
+
+    async def _send_batch(self, batch: list[tuple[Request, asyncio.Future[Any]]]) -> None:
+        batch.sort(key=lambda item: _work_of(item[0]))   # stable: a work's requests keep order
+        idle, conn = await self._take()
+        curs: list[psycopg.AsyncCursor[Any]] = []
+        try:
+            try:
+                async with conn.pipeline():
+                    for req, _ in batch:
+                        cur = conn.cursor()
+                        if isinstance(req, Write):
+                            assert req.single is not None
+                            await cur.execute(*req.single)
+                        else:
+                            await cur.execute(req.sql, req.params)
+                        curs.append(cur)
+                answers: list[Any] = []
+                for (req, _), cur in zip(batch, curs, strict=True):
+                    if isinstance(req, Write):
+                        if req.single is req.cas or req.single == req.cas:
+                            answers.append(cur.rowcount == 1)
+                        else:
+                            row = await cur.fetchone()
+                            answers.append(row is not None and int(row[0]) == 1)
+                    else:
+                        answers.append(await cur.fetchall())
+            finally:
+                idle.put_nowait(conn)
+        except psycopg.Error as exc:
+            if conn.broken or conn.closed:
+                # Lost with the batch at the server: committed or not, nobody can say. Each
+                # command is told as a lost single write is, and reads back.
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                return
+            # A statement failed: the server rolled the whole batch back. Each alone, as if
+            # no batch had been.
+            for req, fut in batch:
+                try:
+                    answer = (await self._write(req) if isinstance(req, Write)
+                              else await self._query(req.sql, req.params))
+                except BaseException as exc2:
+                    if not fut.done():
+                        fut.set_exception(exc2)
+                else:
+                    if not fut.done():
+                        fut.set_result(answer)
+            return
+        except BaseException as exc:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        for (_, fut), answer in zip(batch, answers, strict=True):
+            if not fut.done():
+                fut.set_result(answer)
+
     async def drive(self, flow: Generator[Request, Any, Any]) -> Any:
         steps = Steps(flow, self._read_error)
         for req in steps:
             try:
-                steps.answer = (await self._write(req) if isinstance(req, Write)
-                                else await self._query(req.sql, req.params))
+                steps.answer = await self._request(req)
             except BackendUnavailable as exc:
                 if isinstance(req, Read):
                     raise

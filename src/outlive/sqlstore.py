@@ -256,6 +256,8 @@ class Write:
     #: ``cas`` creates the work's head: a driver may answer the work's number (``wnum``, an
     #: ``int``) instead of True, so the next write numbers its rows without looking it up.
     creates: bool = False
+    #: The work written (a driver sending several works' writes together orders them by it).
+    work_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -582,7 +584,7 @@ class SqlLedgerStore:
             for kind, idx, body in found:
                 n += 1
                 rows.append((work_id, n, kind, idx, seq, body))
-        return Write(cas, rows_sql, rows, size, single, total, old is None)
+        return Write(cas, rows_sql, rows, size, single, total, old is None, work_id)
 
     def landed_request(self, work_id: str) -> Landed:
         return Landed(self.dialect.sql(_LANDED), (work_id,))
