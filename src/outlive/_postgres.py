@@ -357,7 +357,10 @@ class PostgresLedger:
     # -- group commit ------------------------------------------------------------------------
     async def _request(self, req: Request) -> Any:
         """``req``'s answer: sent alone, or with the requests queued beside it (one batch)."""
-        if self.options["group"] <= 1 or self.before_write is not None:
+        # A subclass that adds to a write from its caller's context (langgraph+postgres: the
+        # task rows of a checkpoint) sends each alone, in that context.
+        if (self.options["group"] <= 1 or self.before_write is not None
+                or type(self)._write is not PostgresLedger._write):
             return (await self._write(req) if isinstance(req, Write)
                     else await self._query(req.sql, req.params))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
