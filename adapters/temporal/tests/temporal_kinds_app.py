@@ -47,13 +47,17 @@ def sleepy_sync(text: str) -> str:
 
 @activity.defn
 async def flaky(text: str) -> str:
-    """``503:<n>:<text>`` fails with a transient error on its first ``n`` calls;
+    """``503:<n>:<text>`` fails with a transient error on its first ``n`` calls (``shape:...``
+    with a ``TypeError`` raised inside the activity, which is transient too);
     ``400:<text>`` fails with a non-retryable ``ApplicationError`` every time, ``fatal:<text>``
     with ``outlive.NonRetryable``."""
     n = _count(text)
-    if text.startswith("503:"):
-        _, times, _rest = text.split(":", 2)
+    if text.startswith(("503:", "shape:")):
+        kind, times, _rest = text.split(":", 2)
         if n <= int(times):
+            if kind == "shape":   # a TypeError from inside: an answer of an unexpected shape
+                answer: Any = None
+                return str(len(answer))
             raise RuntimeError(f"503 Service Unavailable (call {n})")
     if text.startswith("400:"):
         raise ApplicationError("400 Bad Request: the prompt is too long", type="BadRequest",

@@ -62,16 +62,20 @@ async def test_a_step_longer_than_the_lease_that_never_heartbeats_is_not_taken_o
     assert not any(e.HasField("activity_task_timed_out_event_attributes") for e in events)
 
 
+@pytest.mark.parametrize("prefix", ["503", "shape"])
 async def test_a_transient_error_is_retried_by_temporal_not_a_new_attempt(
-        client: Client, queue: str) -> None:
-    """A 503 on the first call: Temporal's retry policy runs the activity again, in the same
-    attempt; the work finishes on attempt #1 with one journal entry per step."""
-    wid = _id("kinds/503")
+        client: Client, queue: str, prefix: str) -> None:
+    """A 503 on the first call, or a TypeError raised inside the activity (an answer of an
+    unexpected shape; only calling an activity with arguments it does not take is a programming
+    error): Temporal's retry policy runs the activity again, in the same attempt; the work
+    finishes on attempt #1 with one journal entry per step."""
+    wid = _id(f"kinds/{prefix}")
     tag = uuid.uuid4().hex[:6]
-    res = await client.execute_workflow(app.FlakyWork.run, {"s1": f"503:1:{tag}", "s2": "ok"},
+    res = await client.execute_workflow(app.FlakyWork.run,
+                                        {"s1": f"{prefix}:1:{tag}", "s2": "ok"},
                                         id=wid, task_queue=queue)
     assert res == {"attempt": 1, "text": f"{tag.upper()} OK"}
-    assert app.CALLS[f"503:1:{tag}"] == 2
+    assert app.CALLS[f"{prefix}:1:{tag}"] == 2
     st = await WorkHandle.of(client, wid).ledger()
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]

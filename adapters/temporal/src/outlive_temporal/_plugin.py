@@ -47,6 +47,7 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import outlive
+from outlive._failures import CALLED_WRONG
 from outlive.controller import default_credential
 from outlive.errors import InvalidRecord, OutliveError, Rejected
 
@@ -119,10 +120,24 @@ QUIET: set[bytes] = set()
 
 
 def non_retryable(exc: BaseException) -> bool:
-    """Errors no retry can mend: the user's :class:`outlive.NonRetryable`, a ``TypeError``
-    (calling the activity with the wrong arguments), and outlive's refusals (``InvalidRecord``,
-    ``UndeclaredInput``, ``StaleOwner``, ...) - the same code fails the same way again."""
-    return isinstance(exc, (outlive.NonRetryable, TypeError, InvalidRecord, Rejected))
+    """Errors no retry can mend: the user's :class:`outlive.NonRetryable`, a ``TypeError`` from
+    calling the activity with arguments it does not take (one raised inside it is retried, as
+    outlive's runtime does), and outlive's refusals (``InvalidRecord``, ``UndeclaredInput``,
+    ``StaleOwner``, ...) - the same code fails the same way again."""
+    return (isinstance(exc, (outlive.NonRetryable, InvalidRecord, Rejected))
+            or bool(getattr(exc, CALLED_WRONG, False)))
+
+
+def _mark_called_wrong(exc: BaseException, fn: Any, args: Sequence[Any]) -> None:
+    """Mark a ``TypeError`` that came from calling ``fn`` with ``args``, not from inside it."""
+    if not isinstance(exc, TypeError) or isinstance(exc, OutliveError):
+        return
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        setattr(exc, CALLED_WRONG, True)
+    except ValueError:   # no signature to read: say nothing
+        pass
 
 
 class _StepOutbound(ActivityOutboundInterceptor):
@@ -164,6 +179,7 @@ class _StepInbound(ActivityInboundInterceptor):
         try:
             return await self.next.execute_activity(input)
         except Exception as exc:
+            _mark_called_wrong(exc, input.fn, input.args)
             if non_retryable(exc) and not (isinstance(exc, ApplicationError)
                                            and exc.non_retryable):
                 raise ApplicationError(str(exc), type=type(exc).__name__,
