@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -509,6 +510,21 @@ def test_the_thread_answers_its_first_loop_by_a_reader_and_any_other_loop_all_th
     asyncio.run(third())
 
 
+def _holding_the_writer(commits: list[int], *,
+                        fail_second: bool = False) -> Callable[[sqlite3.Connection], None]:
+    """A ``before_commit`` hook: the first commit keeps the writer thread busy for 0.3 s (the
+    commands sent meanwhile queue up, so they form one batch); with ``fail_second`` the next
+    commit (the batch's) fails as a disk would."""
+    def hook(conn: sqlite3.Connection) -> None:
+        import time
+        commits.append(1)
+        if len(commits) == 1:
+            time.sleep(0.3)
+        elif len(commits) == 2 and fail_second:
+            raise sqlite3.OperationalError("disk I/O error")
+    return hook
+
+
 async def test_commands_queued_together_share_one_commit(tmp_path: Path) -> None:
     """Group commit: commands of many works queued at the same moment land in one transaction,
     one fsync for the batch (each had its own: recovering a thousand works was write-bound),
@@ -517,14 +533,8 @@ async def test_commands_queued_together_share_one_commit(tmp_path: Path) -> None
     url = f"sqlite:///{tmp_path / 'o.db'}"
     b = await outlive.open_backend(url)
     commits: list[int] = []
-
-    def hook(conn: sqlite3.Connection) -> None:
-        import time
-        commits.append(1)
-        if len(commits) == 1:
-            time.sleep(0.3)   # the writer is busy: the commands below queue up meanwhile
     try:
-        b.ledger.before_commit = hook  # type: ignore[attr-defined]
+        b.ledger.before_commit = _holding_the_writer(commits)  # type: ignore[attr-defined]
         busy = asyncio.ensure_future(b.execute("busy", L.OpenWork(policy=Policy())))
         await asyncio.sleep(0.05)
         outs = await asyncio.gather(*(b.execute(f"w{i}", L.OpenWork(policy=Policy()))
@@ -548,18 +558,11 @@ async def test_a_failed_group_commit_lands_each_command_on_its_own(tmp_path: Pat
     url = f"sqlite:///{tmp_path / 'o.db'}"
     b = await outlive.open_backend(url)
     commits: list[int] = []
-
-    def hook(conn: sqlite3.Connection) -> None:
-        import time
-        commits.append(1)
-        if len(commits) == 1:
-            time.sleep(0.3)   # the writer is busy: the commands below queue up meanwhile
-        elif len(commits) == 2:   # the batch's commit
-            raise sqlite3.OperationalError("disk I/O error")
     try:
         for i in range(20):
             await b.execute(f"w{i}", L.OpenWork(policy=Policy()))
-        b.ledger.before_commit = hook  # type: ignore[attr-defined]
+        b.ledger.before_commit = _holding_the_writer(  # type: ignore[attr-defined]
+            commits, fail_second=True)
         busy = asyncio.ensure_future(b.execute("busy", L.OpenWork(policy=Policy())))
         await asyncio.sleep(0.05)
         outs = await asyncio.gather(*(b.execute(f"w{i}", L.PublishInput(

@@ -361,8 +361,7 @@ class PostgresLedger:
         # task rows of a checkpoint) sends each alone, in that context.
         if (self.options["group"] <= 1 or self.before_write is not None
                 or type(self)._write is not PostgresLedger._write):
-            return (await self._write(req) if isinstance(req, Write)
-                    else await self._query(req.sql, req.params))
+            return await self._alone(req)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queued.append((req, fut))
         if self._senders < self.options["pool"]:
@@ -377,20 +376,26 @@ class PostgresLedger:
                 batch = self._queued[:self.options["group"]]
                 del self._queued[:len(batch)]
                 if len(batch) == 1:
-                    req, fut = batch[0]
-                    try:
-                        answer = (await self._write(req) if isinstance(req, Write)
-                                  else await self._query(req.sql, req.params))
-                    except BaseException as exc:   # the caller's, as a direct call raises it
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    else:
-                        if not fut.done():
-                            fut.set_result(answer)
+                    await self._answer_alone(*batch[0])
                     continue
                 await self._send_batch(batch)
         finally:
             self._senders -= 1
+
+    async def _alone(self, req: Request) -> Any:
+        return (await self._write(req) if isinstance(req, Write)
+                else await self._query(req.sql, req.params))
+
+    async def _answer_alone(self, req: Request, fut: asyncio.Future[Any]) -> None:
+        """``req`` sent on its own; its answer (or error, as a direct call raises it) to ``fut``."""
+        try:
+            answer = await self._alone(req)
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+        else:
+            if not fut.done():
+                fut.set_result(answer)
 
     async def _send_batch(self, batch: list[tuple[Request, asyncio.Future[Any]]]) -> None:
         batch.sort(key=lambda item: _work_of(item[0]))   # stable: a work's requests keep order
@@ -430,15 +435,7 @@ class PostgresLedger:
             # A statement failed: the server rolled the whole batch back. Each alone, as if
             # no batch had been.
             for req, fut in batch:
-                try:
-                    answer = (await self._write(req) if isinstance(req, Write)
-                              else await self._query(req.sql, req.params))
-                except BaseException as exc2:
-                    if not fut.done():
-                        fut.set_exception(exc2)
-                else:
-                    if not fut.done():
-                        fut.set_result(answer)
+                await self._answer_alone(req, fut)
             return
         except BaseException as exc:
             for _, fut in batch:
