@@ -838,11 +838,14 @@ class Runtime:
                 if due is not None:
                     self._at(due, w.work_id)
                 return   # not yet (a wait without a limit: never; it is not silence)
-            await self._mark_unknown(w, cur, cas=why != "wait limit")   # a beat ends no wait
+            marked = await self._mark_unknown(w, cur, cas=why != "wait limit")  # a beat ends no wait
             if alive_here and w.task is not None:
                 w.task.cancel()   # suspected here (past its wait limit): stop it, as a dispatcher would
-            st = await self._load(w.work_id)
-            cur = st.current_attempt
+            if marked.kind != "unknown":   # it showed life meanwhile (or it was not ours to mark)
+                st = await self._load(w.work_id)
+                cur = st.current_attempt
+            else:   # marked: the successor's admission needs no second read (Admit checks)
+                cur = marked.record
         if cur is not None and L.is_live(cur):
             return
         if self._settle(w, st) or self._closing or st.current_version is None:
@@ -899,8 +902,8 @@ class Runtime:
         w.task = asyncio.create_task(self._run(w, att),
                                      name=f"outlive:{w.work_id}#{att.number}")
 
-    async def _mark_unknown(self, w: _Work, att: Attempt, *, cas: bool = True) -> None:
-        await _observe.execute(self._backend, w.work_id,
+    async def _mark_unknown(self, w: _Work, att: Attempt, *, cas: bool = True) -> L.Outcome:
+        return await _observe.execute(self._backend, w.work_id,
                                self._controller(w.kind).stamp(L.MarkUnknown(
                                    attempt=att.number, at=self.clock(),
                                    signs=att.signs if cas else None,
