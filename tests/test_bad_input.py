@@ -234,23 +234,23 @@ async def test_no_returned_or_accepted_object_reaches_stored_state(pair: Pair) -
         await w.start()
         result = await w.step("s1", lambda s1: {"summary": s1}, s1=V1["s1"])
         result["summary"] = "edited"                              # the step's result
-        content = {"sections": {"s1": "Intro."}}
+        content = {"s1": {"summary": "Intro."}}     # bound: the part's result
         cand = await w.candidate(content)
-        content["sections"]["s1"] = "edited"                      # the dict given to candidate()
-        cand.content["sections"]["s1"] = "edited"                 # the record returned
+        content["s1"]["summary"] = "edited"                      # the dict given to candidate()
+        cand.content["s1"]["summary"] = "edited"                 # the record returned
         await ctl.assess("m", cand.digest, C, lambda c, v: (True, "ok"))
         dep = await ctl.dependable("m", StrictCurrent())
         assert dep is not None
-        dep.content["sections"]["s1"] = "edited"                  # the dependable answer
+        dep.content["s1"]["summary"] = "edited"                  # the dependable answer
         st = await b.load("m")
         assert st is not None
         st.journal[0].result["summary"] = "edited"                # a loaded state
-        st.candidates[0].content["sections"]["s1"] = "edited"
+        st.candidates[0].content["s1"]["summary"] = "edited"
         await w.heartbeat()                                       # the next command persists
         fresh = await b.load("m")
         assert fresh is not None
         c = fresh.candidates[0]
-        assert c.content == {"sections": {"s1": "Intro."}}
+        assert c.content == {"s1": {"summary": "Intro."}}
         assert L.candidate_digest("m", c.version, c.parts, c.content) == c.digest
         assert fresh.journal[0].result == {"summary": "Intro."}
         assert fresh.inputs[0].parts == {"s1": content_hash(V1["s1"])}

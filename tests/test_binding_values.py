@@ -154,7 +154,7 @@ async def test_a_score_a_price_and_a_probability_are_record_values(store: outliv
     ctl, w = await started(store)
     scored = {"score": 0.93, "price": 12.5, "p": [0.25, 1e-9], "n": 3}
     got = await w.step("s2", lambda s2: scored, s2=V1["s2"])
-    cand = await w.candidate({"summary": "4.1", "confidence": 0.8}, ["s2"])
+    cand = await w.candidate(got, ["s2"])      # floats in the content too
     acc = await ctl.assess("w", cand.digest, outlive.Contract(name="c", version="1", assessor="t"),
                            lambda c, v: (True, "ok"))
     receipt = await w.effect("announce:w", {"confidence": 0.8},
@@ -164,7 +164,7 @@ async def test_a_score_a_price_and_a_probability_are_record_values(store: outliv
     st = await store.load("w")
     assert st is not None
     assert st.journal[0].result == scored
-    assert st.candidates[0].content == {"summary": "4.1", "confidence": 0.8}
+    assert st.candidates[0].content == scored
     assert st.effects[0].payload == {"confidence": 0.8}
     # a successor restores the float result by its input key
     await w.finish()
@@ -240,7 +240,7 @@ async def test_an_admit_dated_an_hour_ahead_is_dated_by_the_store(store: outlive
     w = Worker(store, att, V1, clock=lambda: _ms() + HOUR)
     await w.start()
     await w.step("s2", lambda s2: "r", s2=V1["s2"])
-    cand = await w.candidate({"c": 1})
+    cand = await w.candidate()
     with pytest.raises(E.EffectAmbiguous):
         await w.effect("op", {"m": 1}, _never)
     st = await store.load("w")
@@ -265,7 +265,7 @@ def _waits_then(fate: str) -> Any:
             assert fate == "hangs"
             await asyncio.Event().wait()
         await w.step("s2", lambda s2: s2.split(".")[0], s2=ctx.inputs["s2"])
-        await ctx.submit({"summary": w.result("s2")})
+        await ctx.submit({"s2": w.result("s2")})
     return attempt
 
 

@@ -67,7 +67,7 @@ def _story() -> list[Any]:
     go(L.RecordSteps(attempt=1, token=att.token, at=6, secret="k", entries=(L.StepWrite(
         step="s1", sources=src, input_key=key, result=result, result_id=rid),)))
     part = Part(step="s1", input_key=key, sources=src, result_id=rid)
-    content = {"text": "the report"}
+    content = {"s1": result}     # bound to the journal: the part's result by step
     digest = L.candidate_digest("w", "v1", (part,), content)
     go(L.SubmitCandidate(attempt=1, token=att.token, at=7, secret="k", digest=digest,
                          parts=(part,), content=content))

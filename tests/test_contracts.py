@@ -27,7 +27,7 @@ async def accepted_under(b: outlive.Backend, contract: Contract) -> Controller:
     await w.start()
     for k, v in V1.items():
         await w.step(k, summ, **{k: v})
-    cand = await w.candidate({"sections": 2})
+    cand = await w.candidate()
     await ctl.assess("w", cand.digest, contract, lambda c, v: (True, "ok"))
     return ctl
 

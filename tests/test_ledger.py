@@ -126,7 +126,7 @@ def test_a_result_is_sized_in_utf8_bytes_not_characters() -> None:
 def _candidate(st: WorkState, attempt: int, token: int, version: str | None) -> L.SubmitCandidate:
     parts = tuple(Part(step=e.step, input_key=e.input_key, sources=e.sources,
                        result_id=e.result_id) for e in st.journal if e.attempt == attempt)
-    content = {"sections": [p.step for p in parts]}
+    content = {e.step: e.result for e in st.journal if e.attempt == attempt}   # bound: the parts
     return L.SubmitCandidate(attempt=attempt, token=token, parts=parts, content=content, at=3,
                              digest=L.candidate_digest("w", version, parts, content))
 

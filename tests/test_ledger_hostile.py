@@ -107,13 +107,12 @@ async def test_a_successor_that_rebuilds_the_same_digest_gets_it_accepted(
     ctl, w1, clk = await opened(backend)
     for k, v in V1.items():
         await w1.step(k, summ, **{k: v})
-    content = {"sections": [w1.result(k)["summary"] for k in V1]}
-    cand1 = await w1.candidate(content)       # then #1 dies before anyone judges it
+    cand1 = await w1.candidate()       # then #1 dies before anyone judges it
     w2 = await successor(ctl, "w", V1, clk)
     for k, v in V1.items():
         await w2.step(k, summ, **{k: v})
     assert all(r.restored for r in w2.steps.values())
-    cand2 = await w2.candidate(content)
+    cand2 = await w2.candidate()
     assert cand2.digest == cand1.digest and cand2.attempt == 2
     acc = await ctl.assess("w", cand2.digest, C, ok)
     assert acc.version == "v1" and acc.attempt == 2

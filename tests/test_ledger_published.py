@@ -113,7 +113,8 @@ def test_apply_sees_only_the_journal_entries_reads_names(done: set[str], cmd_ste
                            result_id=e.result_id) for e in state.journal) + tuple(
             Part(step=w.step, input_key=w.input_key, sources=w.sources, result_id=w.result_id)
             for w in writes)
-        content = {"n": len(parts)}
+        content = {**{e.step: e.result for e in state.journal},
+                   **{w.step: w.result for w in writes}}     # the parts' results, by step
         cmd = L.SubmitCandidate(attempt=attempt, token=attempt, parts=parts, content=content, at=2,
                                 flush=writes, digest=L.candidate_digest("w", "v1", parts, content))
     else:
@@ -138,7 +139,7 @@ async def test_assess_is_idempotent_after_a_takeover() -> None:
     await w.start()
     for k, v in V1.items():
         await w.step(k, lambda **kw: "sum", **{k: v})
-    cand = await w.candidate({"n": 3})
+    cand = await w.candidate()
     acc = await ctl.assess("w", cand.digest, C, lambda c, v: (True, "ok"))
     await b.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=9)))
     await ctl.admit("w")
@@ -158,8 +159,9 @@ def test_accepted_answers_the_recorded_acceptance() -> None:
         state = _go(state, L.RecordSteps(attempt=1, token=1, entries=(_write(step, 1, 1),), at=1))
     parts = tuple(Part(step=e.step, input_key=e.input_key, sources=e.sources, result_id=e.result_id)
                   for e in state.journal)
-    digest = L.candidate_digest("w", "v1", parts, "c")
-    state = _go(state, L.SubmitCandidate(attempt=1, token=1, parts=parts, content="c", at=2,
+    content = {e.step: e.result for e in state.journal}
+    digest = L.candidate_digest("w", "v1", parts, content)
+    state = _go(state, L.SubmitCandidate(attempt=1, token=1, parts=parts, content=content, at=2,
                                          digest=digest))
     assert L.accepted(state, digest, C) is None
     state = _go(state, L.Accept(digest=digest, contract=C, verdict=True, at=3))

@@ -47,7 +47,7 @@ async def test_a_derived_step_chains_back_to_the_parts_and_is_redone_when_a_sour
     assert entry is not None and entry.derived == ("s1", "s2")
     assert entry.sources == {"s1": w1.steps["s1"].result_id, "s2": w1.steps["s2"].result_id}
     assert entry.roots == {"s1": content_hash(V1["s1"]), "s2": content_hash(V1["s2"])}
-    cand = await w1.candidate({"headline": h1})
+    cand = await w1.candidate(h1)      # the headline's journaled result
     assert {p.step: p.roots for p in cand.parts}["headline"] == entry.roots
     # v2 changes s2: its successor restores s1, reruns s2, and so reruns the headline
     await ctl.publish("w", "v2", V2)
@@ -60,7 +60,7 @@ async def test_a_derived_step_chains_back_to_the_parts_and_is_redone_when_a_sour
     h2 = await w2.step("headline", headline, s1=ResultOf("s1"), s2=ResultOf("s2"))
     assert w2.steps["s1"].restored and not w2.steps["s2"].restored
     assert not w2.steps["headline"].restored and h2.endswith("4.7 million.")
-    cand2 = await w2.candidate({"headline": h2})
+    cand2 = await w2.candidate(h2)
     acc = await ctl.assess("w", cand2.digest, outlive.Contract(name="f", version="1",
                                                                assessor="t"),
                            lambda c, v: (True, "ok"))
@@ -138,7 +138,7 @@ async def test_a_derived_step_in_an_end_of_attempt_flush_finds_its_source_in_the
     for k, v in V1.items():
         await w.step(k, summ, **{k: v})
     h = await w.step("headline", headline, s1=ResultOf("s1"), s2=ResultOf("s2"))
-    cand = await w.candidate({"headline": h})
+    cand = await w.candidate(h)
     st = await ctl.state("w")
     assert [e.step for e in st.journal] == ["s1", "s2", "headline"]
     assert cand.parts[-1].derived == ("s1", "s2")
@@ -194,4 +194,4 @@ async def test_a_part_named_twice_or_a_required_part_missing_is_refused(
     with pytest.raises(E.InvalidRecord, match="required"):
         await w.candidate({"n": 1}, ["s1"])
     assert await backend.load("w") == before
-    await w.candidate({"n": 2}, ["s1", "s2"])
+    await w.candidate(steps=["s1", "s2"])

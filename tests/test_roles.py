@@ -39,7 +39,7 @@ async def started(b: outlive.Backend, credential: str = "the-controller") -> tup
 async def candidate(w: Worker) -> str:
     for k, v in V1.items():
         await w.step(k, summ, **{k: v})
-    return (await w.candidate({"sections": "4.1"})).digest
+    return (await w.candidate()).digest
 
 
 async def test_a_fenced_out_worker_cannot_mark_its_successor_unknown_nor_admit_itself(

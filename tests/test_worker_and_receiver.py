@@ -42,7 +42,7 @@ async def test_end_of_attempt_persistence_writes_with_the_candidate(backend: out
         await w.step(k, lambda **kw: "sum", **{k: v})
     st = await backend.load("w")
     assert st is not None and st.journal == ()
-    cand = await w.candidate({"sections": 2})
+    cand = await w.candidate()
     st = await backend.load("w")
     assert st is not None and len(st.journal) == 2 and st.candidates[0].digest == cand.digest
     acc = await ctl.assess("w", cand.digest, C, lambda c, v: (True, "ok"))
@@ -64,7 +64,7 @@ async def test_a_result_changed_after_its_step_is_journaled_as_the_step_returned
     got = await w.step("s1", lambda **kw: {"summary": "sum", "notes": ["a"]}, s1=V1["s1"])
     got["summary"] = "changed"
     got["notes"].append("b")
-    await w.candidate({"sections": 1}, steps=["s1"])
+    await w.candidate(steps=["s1"])
     st = await backend.load("w")
     assert st is not None
     assert [e.result for e in st.journal] == [{"summary": "sum", "notes": ["a"]}]

@@ -1366,24 +1366,45 @@ def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: t
 ASSEMBLE_PARTS = "*"
 
 
-def _check_content(assembly: str, journal: tuple[JournalEntry, ...], parts: tuple[Part, ...],
-                   content: Any) -> None:
-    """The candidate's content is what the journal says it is: the journaled result of the
-    assembly step, or (``"*"``) the named parts' journaled results by step. Else the content
-    could quote anything (another version's figure) under honest parts."""
+def _check_content(assembly: str | None, journal: tuple[JournalEntry, ...],
+                   parts: tuple[Part, ...], content: Any) -> None:
+    """The candidate's content is what the journal says it is, on every work: the journaled
+    result of one of its parts (the assembly step, whose inputs are the other parts' results,
+    so its provenance chains back to the version's parts), or the named parts' journaled
+    results by step (``"*"``). A kind that declares its ``assembly`` narrows this to that one
+    form. Anything else could quote anything (another version's figure, a value changed after
+    it was journaled) under honest parts: refused, with the fix."""
     results = {e.result_id: e.result for e in journal}
-    if assembly == ASSEMBLE_PARTS:
-        expect: Any = {p.step: results[p.result_id] for p in parts}
-        what = "the mapping of its parts' journaled results"
-    else:
-        part = next((p for p in parts if p.step == assembly), None)
-        if part is None:
-            raise E.InvalidRecord(f"the candidate does not name its assembly step {assembly!r}",
-                                  field="parts", step=assembly)
-        expect, what = results[part.result_id], f"the journaled result of step {assembly!r}"
-    if canonical(content) != canonical(expect):
-        raise E.InvalidRecord(f"the candidate's content is not {what}: content is bound to the "
-                              "journal", field="content")
+    text = canonical(content)
+    if assembly is not None:
+        if assembly == ASSEMBLE_PARTS:
+            expect: Any = {p.step: results[p.result_id] for p in parts}
+            what = "the mapping of its parts' journaled results"
+        else:
+            part = next((p for p in parts if p.step == assembly), None)
+            if part is None:
+                raise E.InvalidRecord(f"the candidate does not name its assembly step {assembly!r}",
+                                      field="parts", step=assembly)
+            expect, what = results[part.result_id], f"the journaled result of step {assembly!r}"
+        if text != canonical(expect):
+            raise E.InvalidRecord(f"the candidate's content is not {what}: content is bound to "
+                                  "the journal", field="content")
+        return
+    # the assembly is usually the last part named: look there first
+    for p in reversed(parts):
+        if canonical(results[p.result_id]) == text:
+            return
+    if isinstance(content, dict) and len(content) == len(parts) \
+            and text == canonical({p.step: results[p.result_id] for p in parts}):
+        return
+    names = ", ".join(f"{p.step}=outlive.ResultOf({p.step!r})" for p in parts[:3]) \
+        + (", ..." if len(parts) > 3 else "")
+    raise E.InvalidRecord(
+        "the candidate's content is neither the journaled result of one of its parts nor the "
+        "mapping {part step: journaled result}: content is bound to the journal. Journal the "
+        "assembly as a step that reads the parts' results and submit its result: content = "
+        f"await worker.step('assemble', build, {names}); await worker.candidate(content)",
+        field="content")
 
 
 def _submit(state: WorkState, cmd: SubmitCandidate, now: int | None) -> tuple[WorkState, Outcome]:
@@ -1407,8 +1428,7 @@ def _submit(state: WorkState, cmd: SubmitCandidate, now: int | None) -> tuple[Wo
                               field="parts", missing=missing)
     journal, seq, added = _journal(state, att, cmd.token, stale, cmd.flush)
     parts = _checked_parts(state, journal, cmd.parts, version)
-    if state.policy.assembly is not None:
-        _check_content(state.policy.assembly, journal, parts, cmd.content)
+    _check_content(state.policy.assembly, journal, parts, cmd.content)
     existing = state.candidate(cmd.digest)
     if existing is not None and (existing.attempt == att.number or stale
                                  or any(a.digest == cmd.digest for a in state.acceptances)):

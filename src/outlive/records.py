@@ -76,9 +76,10 @@ class Policy:
     #: Steps every candidate must name as parts (the kind's required parts): a candidate that
     #: lacks one is refused mechanically, before any assessor.
     required: tuple[str, ...] = ()
-    #: How a candidate's content is bound to the journal: the name of the assembly step whose
-    #: journaled result the content must be, or ``"*"`` for ``{part step: journaled result}``
-    #: of the named parts. None: the content is the worker's (its parts are checked, not it).
+    #: The kind's declared assembly: the name of the step whose journaled result a candidate's
+    #: content must be, or ``"*"`` for ``{part step: journaled result}`` of the named parts.
+    #: None still binds the content to the journal: it must be one of those two for some part
+    #: (content of the worker's own making is refused on every work).
     assembly: str | None = None
 
 

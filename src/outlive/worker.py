@@ -44,7 +44,7 @@ from .records import (
     WorkState,
 )
 
-__all__ = ["KEEP", "External", "Persist", "ResultOf", "Sender", "StepRecord", "Worker"]
+__all__ = ["KEEP", "PARTS", "External", "Persist", "ResultOf", "Sender", "StepRecord", "Worker"]
 
 Persist = Literal["step", "end"]
 #: ``send(key, payload) -> Receipt``: deliver ``payload`` under ``key`` and return the receiver's
@@ -63,6 +63,15 @@ class _Keep:
 
 #: Send the operation key itself (the default and the only safe choice).
 KEEP: Any = _Keep()
+
+
+class _Parts:
+    def __repr__(self) -> str:
+        return "PARTS"
+
+
+#: :meth:`Worker.candidate`'s content when left out: the named steps' journaled results by name.
+PARTS: Any = _Parts()
 
 
 @dataclass(frozen=True)
@@ -565,8 +574,14 @@ class Worker:
                     lambda self, *a, **kw: {"work_id": self.work_id,
                                             "attempt": self.attempt.number},
                     lambda self, cand, *a, **kw: {"digest": cand.digest, "version": cand.version})
-    async def candidate(self, content: Any, steps: Sequence[str] | None = None) -> Candidate:
-        """Submit the finished output built from ``steps`` (default: every step, in order)."""
+    async def candidate(self, content: Any = PARTS, steps: Sequence[str] | None = None) -> Candidate:
+        """Submit the finished output built from ``steps`` (default: every step, in order).
+
+        The content is bound to the journal: it is the journaled result of one of those steps
+        (the assembly, a step that reads the others with :class:`ResultOf`), or, left out, the
+        steps' journaled results by name (``{step: result}``). Anything else is refused
+        (:class:`~outlive.errors.InvalidRecord`): a digest quotes only what was journaled.
+        """
         if isinstance(steps, str):
             argument(steps, (list, tuple, type(None)), "steps", "Worker.candidate",
                      "a list of step names (a single name goes as [name])")
@@ -574,6 +589,8 @@ class Worker:
         missing = [n for n in names if n not in self._parts]
         if missing:
             raise InvalidRecord(f"candidate names steps this attempt did not run: {missing}")
+        if content is PARTS:
+            content = {n: self._results[n] for n in names}
         parts = tuple(Part(step=n, input_key=key, sources=sources, result_id=rid, external=external)
                       for n, (key, sources, rid, external) in ((n, self._parts[n]) for n in names))
         st = self._st()

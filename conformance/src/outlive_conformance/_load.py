@@ -102,7 +102,7 @@ async def _worker(url: str, receiver_path: str, slice_no: int, procs: int, works
         await w.start()
         for name in SECTIONS:
             await w.step(name, _summarise, **{name: INPUT[name]})
-        cand = await w.candidate({"sections": {n: w.result(n) for n in SECTIONS}})
+        cand = await w.candidate()     # the sections' journaled results, by step
         acc = await ctl.assess(work, cand.digest, FORM, lambda c, v: (True, "well-formed"))
         payload = {"work": work, "digest": acc.digest}
         await w.effect(f"announce:{work}:{acc.digest}", payload,

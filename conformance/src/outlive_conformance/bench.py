@@ -239,14 +239,20 @@ async def _heartbeat_bytes(url: str, counts: list[int], size: int = 100_000) -> 
     try:
         for k in counts:
             work = f"beat-{k}"
-            fenced = await _Fenced(backend, work).open(journal=1)
-            st = await backend.load(work)
-            e = st.journal[0]
-            part = Part(step=e.step, input_key=e.input_key, sources=e.sources,
-                        result_id=e.result_id)
+            fenced = await _Fenced(backend, work).open()
             att = fenced.att
             for i in range(k):
+                # a candidate's content is a journaled result: its own step, then the candidate
                 content = {"text": f"{i}" + "c" * size}
+                src = {"x": content_hash(i)}
+                key = input_key(f"big{i}", src)
+                rid = L.result_id(work, f"big{i}", key, att.number)
+                await backend.execute(work, L.RecordSteps(
+                    attempt=att.number, token=att.token, at=1, secret=att.secret,
+                    entries=(L.StepWrite(step=f"big{i}", sources=src, input_key=key,
+                                         result=content, result_id=rid, external=("x",)),)))
+                part = Part(step=f"big{i}", input_key=key, sources=src, result_id=rid,
+                            external=("x",))
                 await backend.execute(work, L.SubmitCandidate(
                     attempt=att.number, token=att.token, parts=(part,), content=content, at=2,
                     digest=L.candidate_digest(work, "v1", (part,), content), secret=att.secret))

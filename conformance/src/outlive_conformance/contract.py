@@ -94,7 +94,7 @@ class BackendContractSuite(BackendFixture, HostileCallerContract):
     async def test_a_candidate_for_another_version_is_refused(self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend, versions={"v1": V1, "v2": V2})
         await w.steps(V1)
-        cand = await w.worker.candidate({"sections": 2})
+        cand = await w.worker.candidate()
         await w.ctl.publish(w.work_id, "v2", V2)
         before = await outlive_backend.load(w.work_id)
         with pytest.raises(VersionMismatch):
@@ -111,7 +111,7 @@ class BackendContractSuite(BackendFixture, HostileCallerContract):
     async def test_a_failed_contract_is_recorded_as_a_refusal(self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)
         await w.steps(V1)
-        cand = await w.worker.candidate({"sections": 2})
+        cand = await w.worker.candidate()
         with pytest.raises(ContractFailed):
             await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (False, "incomplete"))
         st = await w.ctl.state(w.work_id)
@@ -124,7 +124,7 @@ class BackendContractSuite(BackendFixture, HostileCallerContract):
     async def test_an_acceptance_is_idempotent_and_append_only(self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)
         await w.steps(V1)
-        cand = await w.worker.candidate({"sections": 2})
+        cand = await w.worker.candidate()
         acc = await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (True, "ok"))
         again = await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (False, "late"))
         assert acc == again and acc.version == "v1"   # idempotent, append-only

@@ -444,7 +444,7 @@ class _Run:
     def figure_of(self, content: Any, consumer: Consumer | None = None) -> str | None:
         c = consumer or self.sc.consumer
         try:
-            text = content["sections"][c.quotes]
+            text = content[c.quotes]["summary"]     # the digest is its parts' results by step
         except (KeyError, TypeError):
             return None
         m = re.search(c.pattern, str(text))
@@ -465,10 +465,11 @@ class _Run:
 
     def assessor(self, cand: Candidate, version: InputVersion | None) -> tuple[bool, str]:
         """Completeness and form only; it does not re-derive figures (as the article says)."""
-        secs = cand.content.get("sections") if isinstance(cand.content, dict) else None
+        secs = cand.content if isinstance(cand.content, dict) else None
         if not isinstance(secs, dict) or sorted(secs) != sorted(self.sc.steps):
             return False, "digest does not cover every section"
-        for name, text in secs.items():
+        for name, result in secs.items():
+            text = result.get("summary") if isinstance(result, dict) else None
             if not isinstance(text, str) or not text or len(text) > self.sc.max_summary_chars:
                 return False, f"summary of {name} is empty or too long"
         return True, "complete, well-formed"
@@ -896,10 +897,10 @@ class _Run:
                     if actor.phase != "work":
                         return
                 elif actor.candidate is None:
-                    sections = {s: w.result(s)["summary"] for s in self.sc.steps}
                     replaced = actor.token < (await self.state()).epoch
-                    cand = await w.candidate({"title": self.sc.title, "sections": sections},
-                                             self.sc.steps)
+                    # the digest is the sections' journaled summaries by step: the ledger
+                    # checks the content against the journal (no assembly step, no extra write)
+                    cand = await w.candidate(steps=self.sc.steps)
                     wrote = True
                     if replaced:
                         # the candidate, and with progress saved at the end the entries it carries

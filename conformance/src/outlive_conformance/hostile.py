@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from outlive import Backend, Contract, MemoryReceiver, Policy, Receipt
+from outlive import Backend, Contract, MemoryReceiver, Policy, Receipt, ResultOf
 from outlive import ledger as L
 from outlive.errors import (
     ContractFailed,
@@ -48,7 +48,7 @@ class HostileCallerContract:
             self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)
         await w.steps(V1)
-        cand = await w.worker.candidate({"sections": 2})
+        cand = await w.worker.candidate()
         before = await outlive_backend.load(w.work_id)
         secret = w.attempt.secret
         for cmd in (
@@ -67,7 +67,7 @@ class HostileCallerContract:
     async def test_a_judges_refusal_is_a_record(self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)
         await w.steps(V1)
-        cand = await w.worker.candidate({"sections": 2})
+        cand = await w.worker.candidate()
         with pytest.raises(ContractFailed):
             await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (False, "too short"))
         st = await outlive_backend.load(w.work_id)
@@ -79,7 +79,7 @@ class HostileCallerContract:
             self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend)
         await w.steps(V1)
-        cand = await w.worker.candidate({"sections": 2})
+        cand = await w.worker.candidate()
         await w.ctl.assess(w.work_id, cand.digest, MYSELF, lambda c, v: (True, "ok"))
         st = await outlive_backend.load(w.work_id)
         assert st is not None and dependable(st, StrictCurrent(contract=FORM)) is None
@@ -112,17 +112,38 @@ class HostileCallerContract:
     # -- the candidate's content is bound -----------------------------------------------------
     async def test_content_quoting_anything_but_the_journal_is_refused(
             self, outlive_backend: Backend) -> None:
+        """On every work, with no policy declared: honest v2 parts, content of the worker's own
+        (v1's figure, or a step's result changed after it was journaled), is refused."""
+        w = await open_work(outlive_backend, versions={"v2": V2})
+        await w.steps(V2)
+        got = await w.worker.step("digest", _assemble, s1=ResultOf("s1"), s2=ResultOf("s2"))
+        before = await outlive_backend.load(w.work_id)
+        quoting_v1 = {"digest": f"{V2['s1']} {V1['s2']}"}
+        changed = dict(got, digest=got["digest"].replace("4.7", "4.1"))   # edited after
+        for lie in (quoting_v1, changed, {"s1": w.worker.result("s1"),
+                                          "s2": {"summary": V1["s2"]}}):
+            with pytest.raises(InvalidRecord, match="content"):
+                await w.worker.candidate(lie)
+        await _unchanged(outlive_backend, w.work_id, before)
+        cand = await w.worker.candidate(got)
+        assert "4.7" in cand.content["digest"]
+        await w.ctl.assess(w.work_id, cand.digest, FORM, lambda c, v: (True, "ok"))
+        st = await outlive_backend.load(w.work_id)
+        dep = dependable(st, StrictCurrent()) if st is not None else None
+        assert dep is not None and "4.1" not in dep.content["digest"]
+
+    async def test_a_part_named_twice_or_a_required_part_missing_is_refused(
+            self, outlive_backend: Backend) -> None:
         w = await open_work(outlive_backend, policy=Policy(assembly=L.ASSEMBLE_PARTS,
                                                            required=("s1", "s2")))
         await w.steps(V1)
         before = await outlive_backend.load(w.work_id)
-        with pytest.raises(InvalidRecord):        # honest parts, content of its own
-            await w.worker.candidate({"s1": {"summary": "Q3 overview."},
-                                      "s2": {"summary": "Revenue was 9.9 million"}})
         with pytest.raises(InvalidRecord):        # a part named twice
             await w.worker.candidate({"s1": w.worker.result("s1")}, ["s1", "s1"])
         with pytest.raises(InvalidRecord):        # a required part missing
             await w.worker.candidate({"s1": w.worker.result("s1")}, ["s1"])
+        with pytest.raises(InvalidRecord):        # the declared assembly: the parts' map
+            await w.worker.candidate(w.worker.result("s2"))
         await _unchanged(outlive_backend, w.work_id, before)
         cand = await w.worker.candidate({n: w.worker.result(n) for n in ("s1", "s2")})
         assert cand.content["s2"] == w.worker.result("s2")
@@ -217,6 +238,10 @@ class HostileCallerContract:
         with pytest.raises(InputConflict):
             await w.ctl.publish(w.work_id, "v1", V1)
         await _unchanged(outlive_backend, w.work_id, before)
+
+
+def _assemble(s1: dict[str, str], s2: dict[str, str]) -> dict[str, str]:
+    return {"digest": f"{s1['summary']} {s2['summary']}"}
 
 
 def _write(w: OpenedWork, step: str, text: str, rid: str, result: Any) -> L.RecordSteps:
