@@ -98,7 +98,7 @@ def build(state: WorkState, op: tuple[Any, ...]) -> L.Command:
             Part(step="a", input_key=None, sources={}, result_id="missing"),)
         rec = state.attempt(att)
         ver = rec.pinned_version if rec else None
-        content = {"n": len(mine)}
+        content = {e.step: e.result for e in mine}     # bound: the parts' results
         return L.SubmitCandidate(attempt=att, token=tok, parts=parts, content=content, at=0,
                                  digest=L.candidate_digest("w", ver, parts, content))
     if kind == "intent":

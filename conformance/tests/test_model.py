@@ -162,11 +162,12 @@ class LedgerAgainstModel(RuleBasedStateMachine):
         self.both(L.RecordSteps(attempt=number, token=tok, secret=secret, entries=(w,), at=1),
                   "record", attempt=number, token=tok, secret=secret, step=step,
                   sources=sources, external=external, rid=rid,
-                  chosen_id=rid_kind != "derived", value=value)
+                  chosen_id=rid_kind != "derived", value={"r": value})
 
     @precondition(lambda self: len(self.state.journal) > 0)
-    @rule(data=st.data(), lie=st.booleans())
-    def submit(self, data: st.DataObject, lie: bool) -> None:
+    @rule(data=st.data(), lie=st.booleans(),
+          made=st.sampled_from(["parts", "parts", "last part", "first part", "own", "figure"]))
+    def submit(self, data: st.DataObject, lie: bool, made: str) -> None:
         number, tok, secret = self._writer(data)
         entries = data.draw(st.lists(st.sampled_from(self.state.journal), min_size=1, max_size=2,
                                      unique_by=lambda e: e.result_id), label="parts")
@@ -180,12 +181,18 @@ class LedgerAgainstModel(RuleBasedStateMachine):
                               result_id=e.result_id))
         att = self.state.attempt(number)
         version = att.pinned_version if att is not None else None
-        content = {"n": len(parts)}
+        # the content: the parts' results by step, one part's result (an assembly step's), or
+        # the worker's own (a count; another version's figure under honest parts)
+        content: Any = {
+            "parts": {e.step: e.result for e in entries}, "last part": entries[-1].result,
+            "first part": entries[0].result, "own": {"n": len(parts)},
+            "figure": {e.step: {"r": "4.1"} for e in entries}}[made]
         digest = L.candidate_digest("w", version, tuple(parts), content)
         self.both(L.SubmitCandidate(attempt=number, token=tok, secret=secret, digest=digest,
                                     parts=tuple(parts), content=content, at=3),
                   "submit", attempt=number, token=tok, secret=secret, digest=digest,
-                  parts=[(p.step, p.input_key, p.sources, p.result_id) for p in parts])
+                  parts=[(p.step, p.input_key, p.sources, p.result_id) for p in parts],
+                  content=content)
 
     @rule(data=st.data(), contract=st.sampled_from(sorted(CONTRACTS)), verdict=st.booleans(),
           caller=CALLERS)
@@ -235,7 +242,7 @@ class LedgerAgainstModel(RuleBasedStateMachine):
         self.both(L.RecordSteps(attempt=cur.number, token=cur.token, secret=_secret(cur.number),
                                 entries=(w,), at=1),
                   "record", attempt=cur.number, token=cur.token, secret=_secret(cur.number),
-                  step=step, sources=sources, external=(), rid=rid, value="first")
+                  step=step, sources=sources, external=(), rid=rid, value={"r": "first"})
 
     @precondition(lambda self: len(self.state.journal) > 0 and len(self.state.attempts) > 0)
     @rule(data=st.data(), unknown=st.sampled_from([False] * 5 + [True]))
@@ -256,7 +263,7 @@ class LedgerAgainstModel(RuleBasedStateMachine):
         self.both(L.RecordSteps(attempt=cur.number, token=cur.token, secret=_secret(cur.number),
                                 entries=(w,), at=1),
                   "record", attempt=cur.number, token=cur.token, secret=_secret(cur.number),
-                  step="h", sources=sources, external=(), rid=rid, value="first",
+                  step="h", sources=sources, external=(), rid=rid, value={"r": "first"},
                   derived=derived)
 
     @precondition(lambda self: len(self.state.journal) > 0 and len(self.state.attempts) > 0)
@@ -274,13 +281,14 @@ class LedgerAgainstModel(RuleBasedStateMachine):
                                   result_id=e.result_id))
         if not parts:
             return
-        content = {"n": len(parts)}
+        results = {e.result_id: e.result for e in self.state.journal}
+        content = {p.step: results[p.result_id] for p in parts}
         digest = L.candidate_digest("w", cur.pinned_version, tuple(parts), content)
         self.both(L.SubmitCandidate(attempt=cur.number, token=cur.token, secret=_secret(cur.number),
                                     digest=digest, parts=tuple(parts), content=content, at=3),
                   "submit", attempt=cur.number, token=cur.token, secret=_secret(cur.number),
                   digest=digest, parts=[(p.step, p.input_key, p.sources, p.result_id)
-                                        for p in parts])
+                                        for p in parts], content=content)
 
     @precondition(lambda self: len(self.state.attempts) > 0)
     @rule()
@@ -304,7 +312,7 @@ class LedgerAgainstModel(RuleBasedStateMachine):
                                     digest=digest, parts=parts, content=cand.content, at=9),
                   "submit", attempt=cur.number, token=cur.token, secret=_secret(cur.number),
                   digest=digest, parts=[(p.step, p.input_key, p.sources, p.result_id)
-                                        for p in parts])
+                                        for p in parts], content=cand.content)
 
     @precondition(lambda self: self.last is not None)
     @rule()

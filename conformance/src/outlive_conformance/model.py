@@ -14,7 +14,8 @@ work in plain mutable dictionaries and states each rule once, in the words the a
   of the attempt's pinned version carries that part's hash, any other input carries the content
   of one of its parts or is declared external (no third kind);
 * a candidate's parts are the journal's results, with the inputs the journal recorded; every
-  part must fit the candidate's version, and no part is named twice; a candidate is accepted
+  part must fit the candidate's version, and no part is named twice; its content is what the
+  journal holds (one part's result, or every part's result by step); a candidate is accepted
   only if it comes from the current owner, was built for the current version, and the assessor
   said yes; a digest already
   accepted under the contract is the same acceptance again; a no is a judgement recorded too,
@@ -74,8 +75,8 @@ class Model:
     #: result id -> (step, input key, sources, external, attempt)
     journal: dict[str, tuple[str, str, dict[str, str], tuple[str, ...], int]] = \
         field(default_factory=dict)
-    #: result id -> the value journaled under it
-    values: dict[str, str] = field(default_factory=dict)
+    #: result id -> the value journaled under it (the step's result)
+    values: dict[str, Any] = field(default_factory=dict)
     #: result id -> the version parts its provenance chains back to (input name -> hash)
     roots: dict[str, dict[str, str]] = field(default_factory=dict)
     #: digest -> list of (attempt, token, version) submissions (a successor may resubmit)
@@ -217,7 +218,7 @@ class Model:
 
     def record(self, attempt: int, token: int, secret: str | None, step: str,
                sources: dict[str, str], external: tuple[str, ...], rid: str,
-               chosen_id: bool = False, value: str = "", derived: tuple[str, ...] = ()) -> None:
+               chosen_id: bool = False, value: Any = "", derived: tuple[str, ...] = ()) -> None:
         a = self._owner(attempt, token, secret)
         key = _h({"step": step, "sources": dict(sorted(sources.items()))})
         # provenance is a graph: an input may be another step's result, named by its id; the
@@ -245,7 +246,7 @@ class Model:
         self._sign_of_life(a)
 
     def submit(self, attempt: int, token: int, secret: str | None, digest: str,
-               parts: list[tuple[str, str, dict[str, str], str]]) -> None:
+               parts: list[tuple[str, str, dict[str, str], str]], content: Any = None) -> None:
         a = self._owner(attempt, token, secret)
         steps = [step for step, _k, _s, _r in parts]
         if len(set(steps)) != len(steps) or len({r for *_x, r in parts}) != len(parts):
@@ -257,6 +258,12 @@ class Model:
             if (entry[0], entry[1], entry[2]) != (step, key, sources):
                 raise Refused("VersionMismatch")
             self._fits(a.version, self.roots[rid], ())
+        # the content is what the journal holds: one part's result (the assembly step's), or
+        # every part's result by step; anything else could quote another version's figure
+        told = _h(content)
+        if all(_h(self.values[rid]) != told for *_x, rid in parts) \
+                and _h({step: self.values[rid] for step, _k, _s, rid in parts}) != told:
+            raise Refused("InvalidRecord")
         subs = self.candidates.setdefault(digest, [])
         if subs and (subs[-1][1] == token or any(d == digest for d, _c in self.accepted)):
             return                       # the same submission again, or already accepted
