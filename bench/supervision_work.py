@@ -100,7 +100,7 @@ async def digest(ctx: AttemptContext) -> None:
     point("after-s1")
     await w.step("s2", lambda **s: next(iter(s.values()))[:10], s2=ctx.inputs["s2"])
     point("after-s2")
-    cand = await w.candidate({"sections": {s: w.result(s) for s in SECTIONS}})
+    cand = await w.candidate({s: w.result(s) for s in SECTIONS})
     point("after-candidate")
     acc = await ctx.judged(cand)
 

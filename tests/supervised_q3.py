@@ -49,7 +49,7 @@ def inputs(version: str) -> dict[str, str]:
 
 
 def assess(cand: outlive.Candidate, version: outlive.InputVersion | None) -> tuple[bool, str]:
-    secs = cand.content.get("sections", {})
+    secs = cand.content
     return sorted(secs) == sorted(SECTIONS) and all(secs.values()), "complete, well-formed"
 
 
@@ -162,7 +162,7 @@ async def attempt(ctx: AttemptContext) -> None:
 
         await w.step(name, summarise, **{name: ctx.inputs[name]})
         _point(ctx, f"after-journal:{name}")
-    cand = await w.candidate({"sections": {s: w.result(s) for s in SECTIONS}})
+    cand = await w.candidate({s: w.result(s) for s in SECTIONS})
     _point(ctx, "after-candidate")
     acc = await ctx.judged(cand)
     op = op_key(w.work_id, acc.digest)

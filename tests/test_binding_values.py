@@ -77,6 +77,79 @@ def _never(key: str | None, payload: Any) -> Receipt:
     raise ConnectionResetError("the connection dropped before any answer")
 
 
+# -- the candidate's content is bound (item 3), with no policy set ------------------------------
+def _digest(s1: dict[str, str], s2: dict[str, str]) -> dict[str, str]:
+    return {"digest": f"{s1['summary']} {s2['summary']}"}
+
+
+def _summary(**kw: str) -> dict[str, str]:
+    (text,) = kw.values()
+    return {"summary": text}
+
+
+async def _on_v2(b: outlive.Backend) -> tuple[Controller, Worker]:
+    """A work at v2 (v1 published first), #2 pinned to v2 with honest v2 parts journaled."""
+    ctl = Controller(b, clock=lambda: 0, credential="ctl")
+    await ctl.open_work("w")                       # no Policy: the defaults
+    await ctl.publish("w", "v1", V1)
+    await ctl.publish("w", "v2", V2)
+    w = Worker(b, await ctl.admit("w"), V2, clock=lambda: 0)
+    await w.start()
+    for k, v in V2.items():
+        await w.step(k, _summary, **{k: v})
+    return ctl, w
+
+
+async def test_honest_v2_parts_with_content_quoting_v1_are_refused(store: outlive.Backend) -> None:
+    ctl, w = await _on_v2(store)
+    before = await store.load("w")
+    for lie in ({"digest": "Intro. Revenue was 4.1 million."},          # v1's figure
+                {"s1": {"summary": "Intro."}, "s2": {"summary": V1["s2"]}},
+                {"sections": {"s1": "Intro.", "s2": V1["s2"]}}):
+        with pytest.raises(E.InvalidRecord, match="content is bound to the journal") as info:
+            await w.candidate(lie)
+        assert "ResultOf" in str(info.value)                      # the one-line fix
+    assert await store.load("w") == before
+    made = await w.step("digest", _digest, s1=outlive.ResultOf("s1"), s2=outlive.ResultOf("s2"))
+    cand = await w.candidate(made)                               # the assembly step's result
+    await ctl.assess("w", cand.digest, outlive.Contract(name="c", version="1", assessor="t"),
+                     lambda c, v: (True, "ok"))
+    dep = await ctl.dependable("w", outlive.StrictCurrent())
+    assert dep is not None and dep.content == {"digest": "Intro. Revenue was 4.7 million."}
+
+
+async def test_a_step_result_changed_after_journaling_changes_nothing_submitted(
+        store: outlive.Backend) -> None:
+    _ctl, w = await _on_v2(store)
+    got = await w.step("digest", _digest, s1=outlive.ResultOf("s1"), s2=outlive.ResultOf("s2"))
+    got["digest"] = "Intro. Revenue was 4.1 million."                # the caller edits it
+    with pytest.raises(E.InvalidRecord, match="content"):
+        await w.candidate(got)
+    parts = w.result("s2")
+    parts["summary"] = V1["s2"]
+    with pytest.raises(E.InvalidRecord, match="content"):
+        await w.candidate({"s1": w.result("s1"), "s2": parts, "digest": w.result("digest")})
+    cand = await w.candidate()                                   # the parts' results by step
+    assert cand.content["digest"] == {"digest": "Intro. Revenue was 4.7 million."}
+    assert cand.content["s2"] == {"summary": V2["s2"]}
+    st = await store.load("w")
+    assert st is not None and st.candidates[-1].content == cand.content
+
+
+async def test_a_final_answer_handed_over_is_journaled_as_the_assembly(
+        store: outlive.Backend) -> None:
+    """A wrapper handed a framework's final answer journals it as the assembly step (with the
+    candidate, in one write): its provenance chains through the parts to the version."""
+    _ctl, w = await _on_v2(store)
+    answer = await w.assemble({"answer": "Revenue rose to 4.7 million."})
+    cand = await w.candidate(answer)
+    assert [p.step for p in cand.parts] == ["s1", "s2", L.ASSEMBLY]
+    assert cand.parts[-1].derived == ("s1", "s2")
+    assert cand.parts[-1].roots == {"s1": content_hash(V2["s1"]), "s2": content_hash(V2["s2"])}
+    st = await store.load("w")
+    assert st is not None and st.journal[-1].result == answer and len(st.candidates) == 1
+
+
 # -- effects -----------------------------------------------------------------------------------
 async def test_a_receipt_for_another_key_confirms_nothing(store: outlive.Backend) -> None:
     _ctl, w = await started(store)

@@ -48,7 +48,7 @@ class Story:
                 raise asyncio.CancelledError(f"attempt #{ctx.attempt.number} dies after {name}")
         if self.gate is not None and ctx.attempt.number == 1:
             await self.gate.wait()
-        acc = await ctx.submit({"sections": {n: w.result(n) for n in ("s1", "s2")}})
+        acc = await ctx.submit({n: w.result(n) for n in ("s1", "s2")})
         op = f"announce:{w.work_id}:{acc.digest[:8]}"
         await w.effect(op, {"digest": acc.digest[:8]},
                        lambda key, body: self.receiver.receive(key, body, lambda b: "P1"))
@@ -239,15 +239,15 @@ async def test_a_successor_that_rebuilds_the_same_digest_owns_its_candidate(
     await first.start()
     for name in V1:
         await first.step(name, lambda **p: next(iter(p.values()))[:5], **{name: V1[name]})
-    cand1 = await first.candidate({"sections": {n: first.result(n) for n in V1}})
+    cand1 = await first.candidate({n: first.result(n) for n in V1})
     await backend.execute("w", ctl.stamp(L.MarkUnknown(attempt=1, at=0)))
     second = outlive.Worker(backend, await ctl.admit("w"), V1, clock=lambda: 0)
     await second.start()
     for name in V1:
         await second.step(name, lambda **p: "never called", **{name: V1[name]})
-    cand2 = await second.candidate({"sections": {n: second.result(n) for n in V1}})
+    cand2 = await second.candidate({n: second.result(n) for n in V1})
     assert cand2.digest == cand1.digest and (cand1.attempt, cand2.attempt) == (1, 2)
     acc = await ctl.assess("w", cand2.digest, CONTRACT, lambda c, v: (True, "ok"))
     assert acc.attempt == 2 and acc.version == "v1"
-    again = await second.candidate({"sections": {n: second.result(n) for n in V1}})
+    again = await second.candidate({n: second.result(n) for n in V1})
     assert again.seq == cand2.seq          # a retry by the same attempt is still one record

@@ -103,7 +103,7 @@ def _summary(section: str) -> str:
 
 
 def _assess(candidate: Candidate, version: InputVersion | None) -> tuple[bool, str]:
-    sections = candidate.content.get("sections", {}) if isinstance(candidate.content, dict) else {}
+    sections = candidate.content if isinstance(candidate.content, dict) else {}
     complete = sorted(sections) == sorted(V1) and all(sections.values())
     return complete, "every section summarised" if complete else "sections missing"
 
@@ -202,8 +202,8 @@ async def main_run(backend: Backend, *, work_id: str = WORK_ID,
     await work(second, "s4", V2["s4"])
     tick = 9
     await second.heartbeat()
-    cand = await second.candidate({"sections": {s: second.result(s) for s in V2}})
-    figure = FIGURE.search(cand.content["sections"]["s2"])
+    cand = await second.candidate()     # the digest: the sections' journaled summaries
+    figure = FIGURE.search(cand.content["s2"])
     log("artifact", f"#2 assembles candidate digest {short(cand.digest)} (for {cand.version}, "
                     f"quoting {figure.group(1) if figure else '?'} million). Finished; not yet "
                     "accepted")
@@ -234,7 +234,7 @@ async def main_run(backend: Backend, *, work_id: str = WORK_ID,
     st = await ctl.state(work_id)
     dep = dependable(st, StrictCurrent())
     if dep is not None:
-        m = FIGURE.search(dep.content["sections"]["s2"])
+        m = FIGURE.search(dep.content["s2"])
         result.newsletter_start, result.newsletter_figure = tick, m.group(1) if m else None
         log("dependant", f"newsletter admitted on {short(dep.digest)}; it quotes "
                          f"{result.newsletter_figure} million (report {st.current_version} "

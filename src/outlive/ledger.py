@@ -51,6 +51,7 @@ __all__ = [
     "LIVE_STATES",
     "MAX_PAYLOAD_BYTES",
     "ASSEMBLE_PARTS",
+    "ASSEMBLY",
     "Accept",
     "Admit",
     "Checked",
@@ -73,6 +74,7 @@ __all__ = [
     "Wait",
     "accepted",
     "apply",
+    "assembly_write",
     "candidate_digest",
     "changed",
     "check_acceptable",
@@ -84,6 +86,7 @@ __all__ = [
     "contract_failed",
     "is_command",
     "is_leased",
+    "is_bound",
     "is_live",
     "is_settled",
     "possibly_duplicated",
@@ -1366,37 +1369,65 @@ def _checked_parts(state: WorkState, journal: tuple[JournalEntry, ...], parts: t
 ASSEMBLE_PARTS = "*"
 
 
+#: The step name under which an engine-side wrapper journals a final answer it was handed
+#: (:func:`assembly_write`).
+ASSEMBLY = "assembly"
+
+
+def is_bound(results: Any, parts: tuple[Part, ...], content: Any,
+             assembly: str | None = None) -> bool:
+    """Whether ``content`` is what the journal holds for ``parts``: the journaled result of one
+    of them (the assembly step), or ``{part step: journaled result}``; with a declared
+    ``assembly`` (``Policy.assembly``), exactly that form. ``results`` maps result id to the
+    journaled result and holds every part's. The rule :func:`apply` enforces on a candidate."""
+    text = canonical(content)
+    if assembly is not None and assembly != ASSEMBLE_PARTS:
+        part = next((p for p in parts if p.step == assembly), None)
+        return part is not None and canonical(results[part.result_id]) == text
+    if assembly is None:
+        for p in reversed(parts):   # the assembly is usually the last part named: look there first
+            if canonical(results[p.result_id]) == text:
+                return True
+        if not isinstance(content, dict) or len(content) != len(parts):
+            return False
+    return text == canonical({p.step: results[p.result_id] for p in parts})
+
+
+def assembly_write(work_id: str, attempt: int, parts: tuple[Part, ...], content: Any,
+                   name: str = ASSEMBLY) -> tuple[StepWrite, Part]:
+    """``content`` journaled as the assembly step ``name`` of ``parts``: a derived step whose
+    inputs are the parts' result ids (its provenance chains back through them to the version's
+    parts), and the part that names it. For engine-side code handed a final answer built from
+    the steps (a workflow's assembled digest, an agent's final message): the write goes with
+    the candidate, in the same command (``SubmitCandidate.flush``)."""
+    sources = {p.step: p.result_id for p in parts}
+    key = input_key(name, sources)
+    rid = result_id(work_id, name, key, attempt)
+    derived = tuple(sorted(sources))
+    write = StepWrite(step=name, sources=sources, input_key=key, result=content, result_id=rid,
+                      derived=derived)
+    return write, Part(step=name, input_key=key, sources=dict(sources), result_id=rid,
+                       derived=derived)
+
+
 def _check_content(assembly: str | None, journal: tuple[JournalEntry, ...],
                    parts: tuple[Part, ...], content: Any) -> None:
-    """The candidate's content is what the journal says it is, on every work: the journaled
-    result of one of its parts (the assembly step, whose inputs are the other parts' results,
-    so its provenance chains back to the version's parts), or the named parts' journaled
-    results by step (``"*"``). A kind that declares its ``assembly`` narrows this to that one
-    form. Anything else could quote anything (another version's figure, a value changed after
-    it was journaled) under honest parts: refused, with the fix."""
+    """The candidate's content is what the journal says it is, on every work (:func:`is_bound`).
+    Anything else could quote anything (another version's figure, a value changed after it
+    was journaled) under honest parts: refused, with the fix."""
     results = {e.result_id: e.result for e in journal}
-    text = canonical(content)
+    if assembly is not None and assembly != ASSEMBLE_PARTS \
+            and not any(p.step == assembly for p in parts):
+        raise E.InvalidRecord(f"the candidate does not name its assembly step {assembly!r}",
+                              field="parts", step=assembly)
+    if is_bound(results, parts, content, assembly):
+        return
+    if assembly == ASSEMBLE_PARTS:
+        raise E.InvalidRecord("the candidate's content is not the mapping of its parts' journaled "
+                              "results: content is bound to the journal", field="content")
     if assembly is not None:
-        if assembly == ASSEMBLE_PARTS:
-            expect: Any = {p.step: results[p.result_id] for p in parts}
-            what = "the mapping of its parts' journaled results"
-        else:
-            part = next((p for p in parts if p.step == assembly), None)
-            if part is None:
-                raise E.InvalidRecord(f"the candidate does not name its assembly step {assembly!r}",
-                                      field="parts", step=assembly)
-            expect, what = results[part.result_id], f"the journaled result of step {assembly!r}"
-        if text != canonical(expect):
-            raise E.InvalidRecord(f"the candidate's content is not {what}: content is bound to "
-                                  "the journal", field="content")
-        return
-    # the assembly is usually the last part named: look there first
-    for p in reversed(parts):
-        if canonical(results[p.result_id]) == text:
-            return
-    if isinstance(content, dict) and len(content) == len(parts) \
-            and text == canonical({p.step: results[p.result_id] for p in parts}):
-        return
+        raise E.InvalidRecord(f"the candidate's content is not the journaled result of step "
+                              f"{assembly!r}: content is bound to the journal", field="content")
     names = ", ".join(f"{p.step}=outlive.ResultOf({p.step!r})" for p in parts[:3]) \
         + (", ..." if len(parts) > 3 else "")
     raise E.InvalidRecord(

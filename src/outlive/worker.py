@@ -408,6 +408,42 @@ class Worker:
         self._remember(p, result, p.rid, restored=False)
         return result
 
+    async def assemble(self, content: Any, name: str = L.ASSEMBLY,
+                       steps: Sequence[str] | None = None) -> Any:
+        """Journal ``content`` as the assembly step ``name``, whose inputs are the results of
+        ``steps`` (default: every step so far), and return it as journaled.
+
+        For a wrapper that a framework hands a final answer built from the steps this attempt
+        journaled (an agent's final message, a graph's output): the answer becomes a journaled
+        result whose provenance chains back through those steps to the version's parts, and the
+        candidate's content is bound to it (``candidate(await worker.assemble(answer))``). The
+        entry goes with the candidate, in the same write. Code that builds its content itself
+        makes the building a step instead (``step("assemble", build, s1=ResultOf("s1"), ...)``):
+        its body then reads the journaled results, never a copy the caller may have changed.
+        """
+        text_argument(name, "name", "Worker.assemble")
+        names = list(steps) if steps is not None else [n for n in self._parts if n != name]
+        missing = [n for n in names if n not in self._parts]
+        if missing:
+            raise InvalidRecord(f"assemble names steps this attempt did not run: {missing}")
+        sources = {n: self.steps[n].result_id for n in names}
+        key = input_key(name, sources)
+        att = self.attempt
+        call = StepCall(work_id=att.work_id, attempt=att.number, token=att.token, step=name,
+                        input_key=key, persist=self.persist)
+
+        async def nothing_to_run() -> Any:
+            return content
+
+        p = _Prepared(self, name, sources, key, L.result_id(att.work_id, name, key, att.number),
+                      call, nothing_to_run, (), tuple(names))
+        if not self._restore(p):
+            L.check_size(content, "result of step {!r}", name)
+            value = clone(content)
+            self._pending.append(p.write(value))
+            self._remember(p, value, p.rid, restored=False)
+        return clone(self._results[name])
+
     @_observe.traced("outlive.steps",
                     lambda self, plan: {"work_id": self.work_id, "attempt": self.attempt.number,
                                         "steps": [name for name, *_ in plan]},
