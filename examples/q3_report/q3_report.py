@@ -49,7 +49,7 @@ def inputs(version: str) -> dict[str, str]:
 
 
 def assess(candidate: outlive.Candidate, version: outlive.InputVersion | None) -> tuple[bool, str]:
-    sections = candidate.content["sections"]
+    sections = candidate.content
     return sorted(sections) == sorted(V1) and all(sections.values()), "complete, well-formed"
 
 
@@ -92,7 +92,7 @@ async def attempt(ctx: AttemptContext) -> None:
             return next(iter(section.values())).split(",")[0]
 
         await w.step(part, summarise, **{part: ctx.inputs[part]})
-    acc = await ctx.submit({"sections": {p: w.result(p) for p in V1}})
+    acc = await ctx.submit({p: w.result(p) for p in V1})
 
     def lossy(key: str | None, body: Any) -> outlive.Receipt:
         post(key, body)                                       # the feed applies the post...
@@ -154,7 +154,7 @@ async def main(where: str) -> dict[str, Any]:
         print(f"  attempt #{a.number}: token {a.token}, pinned {a.pinned_version}, {a.state.value}")
     dep = await supervisor.controller.dependable(WORK, StrictCurrent())
     assert dep is not None
-    m = re.search(r"(\d+\.\d) million", dep.content["sections"]["s2"])
+    m = re.search(r"(\d+\.\d) million", dep.content["s2"])
     figure = m.group(1) if m else None
     print(f"  accepted {done.acceptance.digest[:8]} for {done.acceptance.version}; "
           f"the newsletter may depend on it and quotes {figure} million")

@@ -28,7 +28,7 @@ SECTIONS = ("s1", "s2", "s3", "s4")
 
 def assessor(candidate: outlive.Candidate, version: outlive.InputVersion | None) -> tuple[bool, str]:
     """The contract's assessor, run by Restate's lease for the work (its verdict journaled)."""
-    sections = candidate.content["sections"]
+    sections = candidate.content
     return (sorted(sections) == sorted(SECTIONS) and all(sections.values()),
             "complete, well-formed")
 
@@ -54,7 +54,7 @@ async def digest(ctx: restate.ObjectContext, arg: dict[str, Any]) -> str:
         snap = w.snapshot or {}
         for part, text in snap.items():
             await w.step(part, model, **{part: text})
-        cand = await w.candidate({"sections": {p: w.result(p) for p in snap}})
+        cand = await w.candidate({p: w.result(p) for p in snap})
         return cand.digest
 
 

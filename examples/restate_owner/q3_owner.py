@@ -102,7 +102,7 @@ async def _story(backend: RestateBackend, log: Path) -> dict[str, Any]:
 
     dep = await ctl.dependable(WORK, StrictCurrent())
     assert dep is not None
-    m = re.search(r"(\d+\.\d) million", dep.content["sections"]["s2"])
+    m = re.search(r"(\d+\.\d) million", dep.content["s2"])
     figure = m.group(1) if m else None
     async with httpx.AsyncClient(timeout=30) as http:
         r = await http.post(f"{backend.ingress}/newsletter/q3/posts")
