@@ -55,7 +55,7 @@ async def _outlive(url: str, mode: str, n: int, in_flight: int) -> dict[str, Any
         w = ctx.worker
         for part in SECTIONS:
             await w.step(part, summarise, **{part: ctx.inputs[part]})
-        acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+        acc = await ctx.submit({p: w.result(p) for p in SECTIONS})
         await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
                        send=post)
 
@@ -143,7 +143,7 @@ def _recovering_kind() -> Any:
             return summarise(**inputs)
         for part in SECTIONS:
             await w.step(part, summarise_slowly, **{part: ctx.inputs[part]})
-        acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+        acc = await ctx.submit({p: w.result(p) for p in SECTIONS})
         await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
                        send=post)
 

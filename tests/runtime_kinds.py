@@ -63,7 +63,7 @@ async def small(ctx: outlive.AttemptContext) -> None:
     w = ctx.worker
     for part in SECTIONS:
         await w.step(part, summarise, **{part: ctx.inputs[part]})
-    acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+    acc = await ctx.submit({p: w.result(p) for p in SECTIONS})
     await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
                    send=post)
 
@@ -116,7 +116,7 @@ async def no_receipt(ctx: outlive.AttemptContext) -> None:
     w = ctx.worker
     for part in SECTIONS:
         await w.step(part, summarise, **{part: ctx.inputs[part]})
-    acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+    acc = await ctx.submit({p: w.result(p) for p in SECTIONS})
     await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
                    send=lambda key, payload: {"ok": True})
 
@@ -157,7 +157,7 @@ async def paced(ctx: outlive.AttemptContext) -> None:
         return summarise(**inputs)
     for part in SECTIONS:
         await w.step(part, summarise_slowly, **{part: ctx.inputs[part]})
-    acc = await ctx.submit({"sections": {p: w.result(p) for p in SECTIONS}})
+    acc = await ctx.submit({p: w.result(p) for p in SECTIONS})
     await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest}, send=post)
 
 

@@ -186,7 +186,7 @@ async def test_an_attempt_dead_between_acceptance_and_announcement_is_carried_on
         w = ctx.worker
         for part in K.SECTIONS:
             await w.step(part, K.summarise, **{part: ctx.inputs[part]})
-        acc = await ctx.submit({"sections": {p: w.result(p) for p in K.SECTIONS}})
+        acc = await ctx.submit({p: w.result(p) for p in K.SECTIONS})
         if ctx.attempt.number == 1:
             raise asyncio.CancelledError("the process dies here, without a word")
         await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
