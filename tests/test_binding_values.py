@@ -458,6 +458,36 @@ async def test_on_postgresql_the_lease_clock_is_the_servers(
         await b.close()
 
 
+async def test_on_postgresql_the_server_refuses_a_write_dated_ahead_of_its_clock(
+        pg: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's reading of the server's clock is an hour ahead (its clock jumped; a VM was
+    resumed) and so is the host's own clock: the server itself refuses the write's time, the
+    host reads the server's clock again and the command lands on the server's time."""
+    url = pg.create_database(f"ahead_{uuid.uuid4().hex[:8]}")
+    real = time.time
+    b = await outlive.open_backend(url)
+    try:
+        ctl = Controller(b)
+        await ctl.open_work("w")
+        await ctl.publish("w", "v1", V1)
+        monkeypatch.setattr(time, "time", lambda: real() + HOUR / 1000)   # this host runs ahead
+        b.ledger._server_ms += HOUR     # and so does its reading of the server's clock
+        att = await ctl.admit("w")
+        w = Worker(b, att, V1)
+        await w.start()
+        await w.step("s2", lambda s2: "r", s2=V1["s2"])
+        monkeypatch.undo()
+        st = await b.load("w")
+        now = _ms()
+        assert st is not None
+        assert att.admitted_at <= now + 1_000
+        assert st.attempts[0].last_heartbeat <= now + 1_000
+        assert b.ledger.server_now() <= now + 1_000      # read again from the server
+    finally:
+        monkeypatch.undo()
+        await b.close()
+
+
 async def test_under_the_runtime_a_wait_past_the_kinds_limit_is_taken_over(
         store: outlive.Backend) -> None:
     """The runtime asks the same rule: #1 waits on a person who never answers; past the kind's

@@ -160,6 +160,53 @@ _SERVER_MS = "SELECT CAST(floor(extract(epoch FROM clock_timestamp()) * 1000) AS
 #: process's monotonic clock).
 _RESYNC = 30.0
 
+#: The server's own guard on every write: ``at_ms`` (the latest time the write may record: the
+#: store's clock when the command was applied, every time in it is clamped to that) must not be
+#: ahead of the server's clock by more than ``tolerance_ms``; else the statement fails with
+#: SQLSTATE ``OL001`` and writes nothing. Host estimates of the server's clock can be wrong (a
+#: process clock that jumped, a suspended VM); the server's clock cannot be ahead of itself.
+_GUARD_FN = """
+CREATE OR REPLACE FUNCTION outlive_not_ahead(at_ms bigint, tolerance_ms bigint)
+RETURNS integer LANGUAGE plpgsql VOLATILE AS $$
+DECLARE server_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000);
+BEGIN
+  IF at_ms > server_ms + tolerance_ms THEN
+    RAISE EXCEPTION USING ERRCODE = 'OL001', MESSAGE = format(
+      'outlive: a write dated %s ms ahead of the server''s clock', at_ms - server_ms);
+  END IF;
+  RETURN 1;
+END $$;
+"""
+#: SQLSTATE of the guard's refusal.
+_AHEAD = "OL001"
+#: How far ahead of the server's clock a write's time may be (its clock may step back a little).
+AHEAD_TOLERANCE_MS = 1000
+#: How the store's one-statement write ends (``sqlstore``), and how a guarded one ends: the head's
+#: count, joined with the guard's one row, so the guard is evaluated in the same statement.
+_ANSWER = " SELECT count(*) FROM head"
+_GUARDED_ANSWER = ", guard AS (SELECT outlive_not_ahead(%s, %s) AS ok) SELECT count(*) FROM head, guard"
+#: Statement texts with the guard, by the store's statement text (psycopg prepares each text).
+_GUARDED: dict[str, str] = {}
+
+
+def _guarded(sql: str, head_alone: bool) -> str:
+    """``sql`` (the store's write) with the server's guard on the write's time."""
+    text = _GUARDED.get(sql)
+    if text is None:
+        if head_alone:
+            text = f"WITH head AS ({sql} RETURNING wnum){_GUARDED_ANSWER}"
+        else:
+            assert sql.endswith(_ANSWER), sql
+            text = sql[:-len(_ANSWER)] + _GUARDED_ANSWER
+        if len(_GUARDED) < 4096:
+            _GUARDED[sql] = text
+    return text
+
+
+class _ClockAhead(Exception):
+    """The server refused a write dated ahead of its clock (nothing was written)."""
+
+
 #: The channel a runtime's events go through (``LISTEN/NOTIFY``).
 _CHANNEL = "outlive_events"
 
@@ -215,6 +262,7 @@ class PostgresLedger:
                 row = await cur.fetchone()
                 check_layout(["outlive_rows"] if row and row[0] else [], self.url)
                 await conn.execute(POSTGRES.schema)
+                await conn.execute(_GUARD_FN)
         except ConfigError:
             await self.close()
             raise
@@ -316,14 +364,22 @@ class PostgresLedger:
             idle.put_nowait(conn)
 
     async def _write_once(self, req: Write, single: tuple[str, tuple[Any, ...]]) -> bool:
+        sql, params = single
+        # the server checks the write's time itself: every time in it is at most the store's
+        # clock as this host reads it now (the ledger clamped them to it when it applied)
+        sql = _guarded(sql, single is req.cas or single == req.cas)
+        params = (*params, self.server_now(), AHEAD_TOLERANCE_MS)
         idle, conn = await self._take()
         try:
             if self.before_write is not None:
                 await self.before_write(conn)
             cur = self._cursor(conn)
-            await cur.execute(*single)
-            if single is req.cas or single == req.cas:   # the head alone: its row count
-                return cur.rowcount == 1
+            try:
+                await cur.execute(sql, params)
+            except psycopg.Error as exc:
+                if exc.sqlstate == _AHEAD:
+                    raise _ClockAhead(str(exc)) from exc
+                raise
             row = await cur.fetchone()
         finally:
             idle.put_nowait(conn)
@@ -466,7 +522,22 @@ class PostgresLedger:
             except psycopg.Error as exc:
                 raise BackendUnavailable(f"{self.url}: {exc}; nothing was written", url=self.url,
                                          landed=False) from exc
-        return await self.drive(command_flow(self.store, work_id, command))  # type: ignore[no-any-return]
+        try:
+            return await self.drive(command_flow(self.store, work_id, command))  # type: ignore[no-any-return]
+        except _ClockAhead:
+            pass
+        # The server refused a time ahead of its clock: this host's reading of it was wrong.
+        # Read it again and apply the command again (its times clamped to the server's).
+        try:
+            await self._resync_clock()
+            return await self.drive(command_flow(self.store, work_id, command))  # type: ignore[no-any-return]
+        except _ClockAhead as exc:
+            raise BackendUnavailable(
+                f"{self.url}: the server refused a write dated ahead of its clock twice ({exc}); "
+                "nothing was written", url=self.url, landed=False) from exc
+        except psycopg.Error as exc:
+            raise BackendUnavailable(f"{self.url}: {exc}; nothing was written", url=self.url,
+                                     landed=False) from exc
 
     async def load(self, work_id: str) -> WorkState | None:
         return await self.drive(load_flow(self.store, work_id))  # type: ignore[no-any-return]
