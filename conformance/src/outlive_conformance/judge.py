@@ -67,9 +67,13 @@ def judge(state: WorkState, seen: Observations, scenario: Scenario, *,
         claimed = seen.pins.get(cand.attempt)
         per_version.setdefault(claimed, set()).add(acc.digest)
         for p in cand.parts:
-            if claimed is None or seen.truth.get(p.result_id) != \
-                    content_hash(scenario.versions[claimed][p.step]):
-                parts_ok = False
+            # a derived part (an assembly of the sections) is true when its sources are
+            sources = ([(p.sources.get(n, ""), n) for n in p.derived] if p.derived
+                       else [(p.result_id, p.step)])
+            for rid, step in sources:
+                if claimed is None or step not in scenario.versions[claimed] \
+                        or seen.truth.get(rid) != content_hash(scenario.versions[claimed][step]):
+                    parts_ok = False
     latest = state.latest_acceptance
     ends_ok = False
     if latest is not None:
