@@ -289,7 +289,7 @@ async def _summarise(**section: str) -> str:
 async def supervised_attempt(ctx: Any) -> None:
     """An ordinary outlive attempt function (``outlive.supervisor``), nothing Temporal in it."""
     out = [await ctx.worker.step(k, _summarise, **{k: ctx.inputs[k]}) for k in sorted(ctx.inputs)]
-    await ctx.submit({"digest": " ".join(out)})
+    await ctx.submit(await ctx.worker.assemble({"digest": " ".join(out)}))
 
 
 WORKFLOWS = [FleetWork, HoldWork, ApprovalWork, BigWork, SmallCanWork, CappedWork, UsurpWork]

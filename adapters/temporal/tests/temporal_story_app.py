@@ -156,6 +156,9 @@ async def _woken_flush(world: World, info: Any) -> L.Outcome:
     parts = tuple(Part(step=w.step, input_key=w.input_key, sources=w.sources, result_id=w.result_id)
                   for w in writes)
     content = {"title": st["title"], "sections": {s: v[3] for s, v in world.first.items()}}
+    # the content is journaled as the assembly of the steps, as Attempt.accept does it
+    assembly, part = L.assembly_write(info.workflow_id, info.attempt, parts, content)
+    writes, parts = (*writes, assembly), (*parts, part)
     digest = L.candidate_digest(info.workflow_id, version if st["pins"] == "on" else None, parts,
                                 content)
     out = await info.execute(L.SubmitCandidate(attempt=info.attempt, token=info.token,

@@ -105,7 +105,7 @@ async def test_full_run_fencing_restore_and_effects(backend: TemporalBackend) ->
     await w2.step("s2", counted, s2=V2["s2"])
     assert calls == ["s2"], "s1 restored by input key, s2 redone"
     assert w2.steps["s1"].restored and not w2.steps["s2"].restored
-    cand = await w2.candidate({"text": "4.7"})
+    cand = await w2.candidate()
     acc = await ctl.assess(work, cand.digest, FORM, lambda c, v: (True, "ok"))
     assert acc.version == "v2"
     feed = MemoryReceiver()
@@ -172,7 +172,7 @@ async def test_candidate_for_another_version_is_refused(backend: TemporalBackend
     w1 = opened.worker
     for k, v in V1.items():
         await w1.step(k, summarise, **{k: v})
-    cand = await w1.candidate({"text": "4.1"})
+    cand = await w1.candidate()
     await ctl.publish(work, "v2", V2)
     st = await backend.load(work)
     with pytest.raises(VersionMismatch):
@@ -262,7 +262,7 @@ async def test_options_run_the_same_work(backend_url: str, params: str) -> None:
         w = opened.worker
         for k, v in V1.items():
             await w.step(k, summarise, **{k: v})
-        cand = await w.candidate({"text": "d"})
+        cand = await w.candidate()
         acc = await ctl.assess(work, cand.digest, FORM, lambda c, v: (True, "ok"))
         assert acc.version == "v1"
         assert all(r.status == "completed" and r.inline for r in b.stats.reports)

@@ -66,7 +66,8 @@ async def test_the_engine_takes_over_a_killed_attempt_with_no_supervisor_left(
         assert st is not None
         assert [(a.token, a.state) for a in st.attempts] == [(1, AttemptState.UNKNOWN),
                                                             (2, AttemptState.FINISHED)]
-        assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2), ("s3", 2)]
+        assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2), ("s3", 2),
+                                                             ("assembly", 2)]
         assert st.latest_acceptance is not None and st.latest_acceptance.version == "v1"
         assert not (tmp_path / f"{tag}.started.s1.2").exists()   # restored, not re-run
         # the attempt's activity holds no controller: a judge activity beside each attempt

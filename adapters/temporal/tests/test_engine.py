@@ -76,7 +76,9 @@ async def test_steps_run_as_the_users_activities_and_restore_by_input_key(
     assert res["attempt"] == 1 and res["text"] == "A B"
     st = await WorkHandle.of(client, wid).ledger()
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
-    assert [e.step for e in st.journal] == ["s1", "s2"]
+    # the workflow's assembled content is journaled as the assembly of its steps (content bound)
+    assert [e.step for e in st.journal] == ["s1", "s2", "assembly"]
+    assert st.journal[-1].sources == {"s1": st.journal[0].result_id, "s2": st.journal[1].result_id}
     assert st.acceptances[0].version == "v1"
     dep = await WorkHandle.of(client, wid).dependable("strict")
     assert dep is not None and dep.content == {"digest": "A B"}
@@ -133,7 +135,8 @@ async def test_a_corrected_input_makes_the_engine_rebuild_for_it(client: Client,
     st = await WorkHandle(handle).ledger()
     assert [a.pinned_version for a in st.attempts] == ["v1", "v2"]
     assert [a.state for a in st.attempts] == [AttemptState.STOPPED, AttemptState.FINISHED]
-    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1), ("s2", 2)]
+    assert [(e.step, e.attempt) for e in st.journal] == [
+        ("s1", 1), ("s2", 1), ("assembly", 1), ("s2", 2), ("assembly", 2)]
     assert st.acceptances[-1].version == "v2"
     dep = await WorkHandle(handle).dependable("strict")
     assert dep is not None and dep.content == {"digest": "RB-A RB-B2"}

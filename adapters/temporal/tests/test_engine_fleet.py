@@ -70,7 +70,8 @@ async def test_work_completes_with_every_client_killed_and_its_worker_killed_mid
     assert [(a.token, a.state) for a in st.attempts] == [(1, AttemptState.UNKNOWN),
                                                         (2, AttemptState.FINISHED)]
     # s1 was journaled by #1 and restored by #2; s2 and s3 were run by the survivor for #2
-    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2), ("s3", 2)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2), ("s3", 2),
+                                                         ("assembly", 2)]
     assert (await _wait_for(marks / f"{tag}.started.s2.2")) in {str(w.pid) for w in survivors}
     assert not (marks / f"{tag}.started.s1.2").exists()
     dep = await WorkHandle.of(client, wid).dependable("strict")

@@ -78,7 +78,7 @@ async def test_a_transient_error_is_retried_by_temporal_not_a_new_attempt(
     assert app.CALLS[f"{prefix}:1:{tag}"] == 2
     st = await WorkHandle.of(client, wid).ledger()
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
-    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1), ("assembly", 1)]
 
 
 @pytest.mark.parametrize(("prefix", "kind", "text"), [
@@ -188,10 +188,11 @@ async def test_a_workflow_taking_and_returning_dataclasses_runs_unchanged(
     assert app.CALLS[f"intro-{tag}"] == 1, "the intro was restored by input key"
     st = await work.ledger()
     assert [(e.step, e.attempt) for e in st.journal] == [
-        ("intro", 1), ("body", 1), ("headline", 1), ("body", 2), ("headline", 2)]
+        ("intro", 1), ("body", 1), ("headline", 1), ("assembly", 1), ("body", 2),
+        ("headline", 2), ("assembly", 2)]
     assert res.title == f"Q3: INTRO-{tag.upper()}"
     # the headline read the whole report (every part) and the intro's summary (derived)
-    entry = st.journal[-1]
+    entry = st.journal[-2]
     assert {"title", "intro", "body"} <= set(entry.sources)
     assert "headline.intro" in entry.sources
     assert st.acceptances[-1].version == "v2"

@@ -62,7 +62,7 @@ async def test_restart_mid_run_resumes_without_half_writes() -> None:
         assert after is not None
         assert after.journal[:2] == before.journal, "nothing written before the crash was lost"
         assert [e.step for e in after.journal] == ["s1", "s2", "s3", "s4"]
-        cand = await w1.candidate({"text": "digest"})
+        cand = await w1.candidate()
         assert cand.version == "v1"
 
         # A server that stays down: a typed error within retry_s, and nothing half-written.

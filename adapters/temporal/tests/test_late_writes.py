@@ -111,14 +111,14 @@ async def test_stale_completion_vs_stale_writes(backend_url: str, fencing: bool)
         if fencing:
             w1._parts.setdefault("s2", w2._parts["s2"])  # what a stale worker would try to submit
             with pytest.raises(StaleOwner):
-                await w1.candidate({"text": "stale"})
+                await w1.candidate({"s1": w1.result("s1"), "s2": w2.result("s2")})
             with pytest.raises(StaleOwner):
                 await w1.effect("announce:late", {"m": 1}, lambda k, p: pytest.fail("sent"))
             st = await b.load(work)
             assert st is not None and st.stale_writes_applied == 0
             assert all(e.attempt == a2.number for e in st.journal if e.step == "s2")
         else:
-            await w1.candidate({"text": "stale"})
+            await w1.candidate({"s1": w1.result("s1"), "s2": w2.result("s2")})
             sent: list[str | None] = []
 
             def send(k: str | None, p: Any) -> Any:

@@ -420,10 +420,23 @@ class Attempt:
             raise InvalidRecord(f"candidate names steps this attempt did not use: {missing}")
         parts = tuple(self._parts[n] for n in names)
         version = self.version if led.state.policy.pins else None
-        digest = L.candidate_digest(self.work_id, version, parts, content)
         # with progress "end", the results run in this attempt are journaled here, in the same
         # fenced write as the candidate that uses them
         flush = tuple(write for _key, write, _result in self._pending.values())
+        results = {e.result_id: e.result for e in led.state.journal}
+        results.update((w.result_id, w.result) for w in flush)
+        if all(p.result_id in results for p in parts) \
+                and not L.is_bound(results, parts, content, led.state.policy.assembly):
+            # content the workflow assembled from the steps: journaled as their assembly step
+            # (in the same write), so the candidate's content is bound to the journal
+            write, part = L.assembly_write(self.work_id, self.number, parts, content)
+            entry = led.lookup(part.step, part.input_key)
+            if entry is not None and canonical(entry.result) == canonical(content):
+                part = dataclasses.replace(part, result_id=entry.result_id)   # restored
+            else:
+                flush = (*flush, write)
+            parts = (*parts, part)
+        digest = L.candidate_digest(self.work_id, version, parts, content)
         led.apply(L.SubmitCandidate(attempt=self.number, token=self.token, digest=digest,
                                     parts=parts, content=content, at=led.now(), flush=flush))
         self._pending.clear()
