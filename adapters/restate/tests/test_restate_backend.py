@@ -90,7 +90,7 @@ async def test_fencing_restore_accept_effect(backend: outlive.Backend) -> None:
         await w2.step(k, model(2), **{k: V2[k]})
     assert w2.steps["s1"].restored and not w2.steps["s2"].restored
     assert [c for c in calls if c[0] == 2] == [(2, "s2"), (2, "s3"), (2, "s4")]
-    cand = await w2.candidate({"text": "digest v2"})
+    cand = await w2.candidate()
     acc = await ctl.assess(w, cand.digest, CONTRACT, ok)
     assert acc.version == "v2"
     feed = MemoryReceiver()
@@ -130,7 +130,7 @@ async def test_forged_token_wrong_version_oversized_write_nothing(backend: outli
     wk = Worker(backend, a1, V1, clock=lambda: 2)
     await wk.start()
     await wk.step("s1", lambda s1: {"s": s1[:5]}, s1=V1["s1"])
-    cand = await wk.candidate({"text": "v1 digest"})
+    cand = await wk.candidate()
     await ctl.publish(w, "v2", V2)
     st1 = await backend.load(w)
     with pytest.raises(outlive.VersionMismatch):
@@ -163,7 +163,7 @@ async def test_every_rejection_keeps_its_class(backend: outlive.Backend) -> None
     wk = Worker(backend, a, V1, clock=lambda: 2)
     await wk.start()
     await wk.step("s1", lambda s1: {"s": s1[:5]}, s1=V1["s1"])
-    cand = await wk.candidate({"text": "digest"})
+    cand = await wk.candidate()
     before = await backend.load(w)
     assert before is not None
     with pytest.raises(outlive.ContractFailed):

@@ -81,7 +81,7 @@ async def test_server_restart_mid_run_resumes(server: RestateServer,
     # the work resumes on the restarted server, steps included
     for k in ("s3", "s4"):
         await wk.step(k, summarise, **{k: V1[k]})
-    cand = await wk.candidate({"text": "digest"})
+    cand = await wk.candidate()
     acc = await ctl.assess(w, cand.digest, CONTRACT, lambda c, v: (True, "ok"))
     st = await backend.load(w)
     assert st is not None and acc.version == "v1"

@@ -112,7 +112,7 @@ async def _attempt(data: dict[str, bytes], att: Attempt, *, answer_late: bool,
     await w.heartbeat()
     await w.step("s4", lambda **kw: {"n": 4}, n=External(4))
     await w.step("s1", lambda **kw: {"summary": "again"}, s1=V1["s1"])   # restored: no write
-    await w.candidate({"text": "digest"})
+    await w.candidate()
     await w.finish()
     b.flush()
     for _ in range(5):   # what was scheduled ahead and came too late, before the next run

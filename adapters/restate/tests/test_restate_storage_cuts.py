@@ -145,7 +145,7 @@ async def test_every_write_of_a_work_can_be_cut_anywhere() -> None:
     for name in V1:
         clock[0] += 1
         await wk.step(name, model, **{name: V1[name]})
-    cand = await wk.candidate({"text": "digest"})
+    cand = await wk.candidate()
     await ctl.assess(w, cand.digest, Contract(name="form", version="1", assessor="t"),
                      lambda c, v: (True, "ok"))
     await wk.effect("post:1", {"text": "digest"},
@@ -161,7 +161,7 @@ async def test_every_write_of_a_work_can_be_cut_anywhere() -> None:
     assert sorted(k for k, s in wk2.steps.items() if s.restored) == ["s1", "s3"]
     # the replaced attempt's late write is refused, and a refusal writes nothing
     with pytest.raises(StaleOwner):
-        await wk.candidate({"text": "late"})
+        await wk.candidate()
     st = await b.load(w)
     assert st is not None and [e.step for e in st.journal] == ["s1", "s2", "s3", "s2"]
     assert len(st.candidates) == 1 and len(st.acceptances) == 1 and len(st.effects) == 1
@@ -207,7 +207,7 @@ async def test_a_write_answers_with_the_state_it_left() -> None:
     for name in V1:
         await wk.step(name, lambda **kw: {"summary": "x"}, **{name: V1[name]})
     await wk.step("s1", lambda **kw: {"summary": "x"}, s1=V1["s1"])   # restored: no change
-    cand = await wk.candidate({"text": "digest"})
+    cand = await wk.candidate()
     await ctl.assess(w, cand.digest, Contract(name="form", version="1", assessor="t"),
                      lambda c, v: (True, "ok"))
     await wk.finish()
@@ -355,7 +355,7 @@ async def test_owner_writes_no_index_keys_and_the_next_lookup_reads_its_batches(
     assert view is not None and [e.step for e in view.state.journal] == ["s1", "s2", "s3"]
     assert [k for k, _batch in view.scanned] == [1]
 
-    cand = await wk.candidate({"text": "digest"})   # names s1-s3: through the ledger handler
+    cand = await wk.candidate()   # names s1-s3: through the ledger handler
     assert cand.digest
     assert sorted(_indexed(b.data)) == sorted(rids) and "x" not in json.loads(b.data["core"])
     view = await _view(_KV(w, b.data), frozenset(rids))  # type: ignore[arg-type]
@@ -454,7 +454,7 @@ async def test_a_batch_of_steps_costs_a_few_state_reads_and_writes_not_two_per_e
     await b.execute(w, b.steps[0])
     again = await b.load(w)
     assert again is not None and len(again.journal) == steps
-    cand = await wk.candidate({"text": "digest"})   # names every step: each found
+    cand = await wk.candidate()   # names every step: each found
     assert cand.digest
 
 
@@ -479,7 +479,7 @@ async def test_a_ledger_of_layout_3_is_read_and_indexed_by_its_next_write() -> N
     assert await b.load(w) == st
     view = await _view(_KV(w, b.data), frozenset(e.result_id for e in st.journal))  # type: ignore[arg-type]
     assert view is not None and len(view.state.journal) == 3 and len(view.scanned) == 3
-    cand = await wk.candidate({"text": "digest"})   # its parts found by reading the batches
+    cand = await wk.candidate()   # its parts found by reading the batches
     assert cand.digest
     core = json.loads(b.data["core"])
     assert core["v"] == 4 and "x" not in core
