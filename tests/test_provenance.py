@@ -195,3 +195,22 @@ async def test_a_part_named_twice_or_a_required_part_missing_is_refused(
         await w.candidate({"n": 1}, ["s1"])
     assert await backend.load("w") == before
     await w.candidate(steps=["s1", "s2"])
+
+
+async def test_a_derived_step_over_sections_read_by_content_under_one_name_is_accepted(
+        backend: outlive.Backend) -> None:
+    """Each section's step reads its part by content as ``text`` (a label as the other input):
+    the assembly over them chains back to two different parts under one input name. That is
+    two parts of one version, not two versions of one part; a part read by its own name
+    at two hashes still is (``VersionMismatch``)."""
+    ctl, w = await started(backend)
+    for k, v in V1.items():
+        await w.step(k, lambda section, text: {"summary": text}, section=outlive.External(k),
+                     text=v)
+    made = await w.step("digest", lambda s1, s2: [s1, s2], s1=ResultOf("s1"), s2=ResultOf("s2"))
+    cand = await w.candidate(made)
+    roots = cand.parts[-1].roots
+    assert roots is not None and sorted(roots.values()) == sorted(content_hash(v) for v in V1.values())
+    acc = await ctl.assess("w", cand.digest, outlive.Contract(name="f", version="1", assessor="t"),
+                           lambda c, v: (True, "ok"))
+    assert acc.version == "v1"

@@ -807,12 +807,14 @@ def _roots(x: JournalEntry | Part) -> dict[str, str]:
 
 
 def _chain(state: WorkState, journal: list[JournalEntry] | tuple[JournalEntry, ...],
-           w: StepWrite) -> dict[str, str]:
+           w: StepWrite, parts: dict[str, str] | None = None) -> dict[str, str]:
     """A derived step's roots: its own part inputs and every source entry's roots, merged.
 
     Each derived input names a journal entry by its result id (else ``InvalidRecord``); two
-    sources that chain back to one input name with different hashes mix versions
-    (``VersionMismatch``).
+    sources that chain back to one part name of the pinned version (``parts``) with different
+    hashes mix versions (``VersionMismatch``). An input named otherwise is a part by its
+    content (``text=report["s2"]``): two sources may read different parts under one such name
+    (two sections' ``text``), so each is kept, under the name and its source step.
     """
     skip = (*w.external, *w.derived)
     roots = {k: h for k, h in w.sources.items() if k not in skip}
@@ -828,10 +830,15 @@ def _chain(state: WorkState, journal: list[JournalEntry] | tuple[JournalEntry, .
                 "(a derived input names a journal entry by its result id)",
                 field="sources", step=w.step, input=name)
         for k, h in _roots(src).items():
-            if roots.setdefault(k, h) != h:
-                raise E.VersionMismatch(
-                    f"step {w.step!r}: its sources chain back to two values of {k!r} (they "
-                    "were computed from different versions)", step=w.step, part=k)
+            if roots.setdefault(k, h) == h:
+                continue
+            if parts is None or k not in parts:
+                if roots.setdefault(f"{k}@{src.step}", h) != h:
+                    roots[f"{k}@{rid}"] = h     # a result id names one entry
+                continue
+            raise E.VersionMismatch(
+                f"step {w.step!r}: its sources chain back to two values of {k!r} (they "
+                "were computed from different versions)", step=w.step, part=k)
     return roots
 
 
@@ -850,7 +857,10 @@ def _check_sources(state: WorkState, att: Attempt, w: StepWrite,
             raise E.InvalidRecord(f"step {w.step!r} declares {name!r} external but does not read it",
                                   field="external", step=w.step)
     _size(w.result, "result of step {!r}", w.step)
-    roots = _chain(state, journal, w) if w.derived and state.policy.pins else None
+    roots = None
+    if w.derived and state.policy.pins:
+        pinned = state.version(att.pinned_version) if att.pinned_version is not None else None
+        roots = _chain(state, journal, w, pinned.parts if pinned is not None else None)
     if state.policy.pins and att.pinned_version is not None:
         v = state.version(att.pinned_version)
         if v is None:

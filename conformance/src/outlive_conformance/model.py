@@ -227,9 +227,16 @@ class Model:
         for name in derived:
             if sources[name] not in self.journal:
                 raise Refused("InvalidRecord")          # names no journal entry
+            src_step = self.journal[sources[name]][0]
             for k, h in self.roots[sources[name]].items():
-                if roots.setdefault(k, h) != h:
+                if roots.setdefault(k, h) == h:
+                    continue
+                if k in self.versions[a.version]:
                     raise Refused("VersionMismatch")    # chains back to two versions of a part
+                # a part read by content under a name of its own ("text"): two sources may
+                # read two parts so; both are kept, each checked against the version
+                if roots.setdefault(f"{k}@{src_step}", h) != h:
+                    roots[f"{k}@{sources[name]}"] = h
         if derived:
             self._fits(a.version, roots, ())
         else:
