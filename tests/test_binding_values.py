@@ -503,3 +503,13 @@ async def test_under_the_runtime_a_wait_past_the_kinds_limit_is_taken_over(
     assert done.acceptance.attempt == 2
     assert st.attempts[0].state is outlive.AttemptState.UNKNOWN
     assert st.attempts[0].waiting_for == "approval by the editor"
+
+
+async def test_a_final_answer_that_is_a_steps_result_is_not_journaled_again(
+        store: outlive.Backend) -> None:
+    _ctl, w = await _on_v2(store)
+    answer = await w.assemble(w.result("s2"))
+    cand = await w.candidate(answer)
+    assert [p.step for p in cand.parts] == ["s1", "s2"]
+    st = await store.load("w")
+    assert st is not None and [e.step for e in st.journal] == ["s1", "s2"]

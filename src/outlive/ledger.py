@@ -370,7 +370,7 @@ def result_id(work_id: str, step: str, key: str, attempt: int) -> str:
     del work_id
     rid = _result_hash(step, key, attempt)
     if type(step) is str and type(key) is str and type(attempt) is int:
-        if len(_RESULT_IDS) >= _KEY_HASHES_MAX:
+        if len(_RESULT_IDS) >= _RESULT_IDS_MAX:
             _RESULT_IDS.clear()
         _RESULT_IDS[rid] = (step, key, attempt)
     return rid
@@ -380,6 +380,11 @@ def result_id(work_id: str, step: str, key: str, attempt: int) -> str:
 #: against its step, input key and attempt, and the writer derived it just before (one look-up
 #: instead of a second hash). Cleared when full.
 _RESULT_IDS: dict[str, tuple[str, str, int]] = {}
+#: As many as the input keys remembered (``hashing._KEYS_MAX``): ids derived for a batch of
+#: writes before it is applied (an end-of-attempt flush, a plan of steps) are all still found.
+#: At 1024, 2,000 writes derived ahead hashed every other id a second time (+14 K instructions
+#: per ``RecordSteps`` in ``make bench-core-cpu``).
+_RESULT_IDS_MAX = 4096
 
 
 def _derived_id(rid: str, step: str, key: str, attempt: int) -> bool:

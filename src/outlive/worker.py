@@ -426,6 +426,11 @@ class Worker:
         missing = [n for n in names if n not in self._parts]
         if missing:
             raise InvalidRecord(f"assemble names steps this attempt did not run: {missing}")
+        parts = tuple(Part(step=n, input_key=key, sources=sources, result_id=rid)
+                      for n, (key, sources, rid, _external) in ((n, self._parts[n]) for n in names))
+        if parts and L.is_bound({self._parts[n][2]: self._results[n] for n in names}, parts,
+                                content):
+            return clone(content)   # a step's journaled result already (or theirs by step)
         sources = {n: self.steps[n].result_id for n in names}
         key = input_key(name, sources)
         att = self.attempt
