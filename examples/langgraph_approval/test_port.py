@@ -49,7 +49,8 @@ async def test_the_port_is_answered_from_a_second_process(tmp_path: Path) -> Non
     assert [a.state for a in st.attempts] == [AttemptState.FINISHED]
     assert [acc.version for acc in st.acceptances] == ["v1"]
     assert [e.state for e in st.effects] == [EffectState.CONFIRMED]
-    assert [(e.step, e.attempt) for e in st.journal] == [("generate_llm_output", 1)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("generate_llm_output", 1),
+                                                         ("assembly", 1)]
     feed = sqlite3.connect(tmp_path / "feed.db")
     assert feed.execute("SELECT count(*) FROM outlive_receiver_keys").fetchone() == (1,)
     feed.close()

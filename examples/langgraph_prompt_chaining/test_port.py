@@ -48,4 +48,4 @@ async def test_the_port_retries_a_failed_call_without_repeating_the_others(tmp_p
     assert [a.state for a in st.attempts] == [AttemptState.FAILED, AttemptState.FINISHED]
     assert st.attempts[0].error is not None and "died mid-call" in st.attempts[0].error.message
     assert [(e.step, e.attempt) for e in st.journal] == [
-        ("generate_joke", 1), ("improve_joke", 1), ("polish_joke", 2)]
+        ("generate_joke", 1), ("improve_joke", 1), ("polish_joke", 2), ("assembly", 2)]

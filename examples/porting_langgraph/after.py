@@ -114,7 +114,8 @@ def build(backend: LangGraphBackend, attempt_no: int) -> tuple[Any, Any]:
     @entrypoint(checkpointer=backend.checkpointer)              # the same database as the ledger
     async def digest_workflow(report: dict[str, str]) -> str:
         summaries = [await summarise(section=k, text=report[k]) for k in sorted(report)]
-        cand = await current_worker().candidate({"digest": " ".join(summaries)})
+        worker = current_worker()    # the digest, journaled as the assembly of the summaries
+        cand = await worker.candidate(await worker.assemble({"digest": " ".join(summaries)}))
         return cand.digest                                      # finished, not yet accepted
 
     @entrypoint(checkpointer=backend.checkpointer)

@@ -89,7 +89,7 @@ async def second(db: str) -> None:
             return {"summary": text, "by": 2}
 
         await w.step(k, body, text=text)
-    cand = await w.candidate({"revenue": w.result("s2")["summary"]})
+    cand = await w.candidate(await w.assemble({"revenue": w.result("s2")["summary"]}))
     acc = await ctl.assess("q3", cand.digest, Contract(name="form", version="1", assessor="t"),
                            lambda c, v: (True, "ok"))
     await w.finish()

@@ -55,7 +55,7 @@ async def test_main_flow_restore_by_input_key(backend: outlive.Backend) -> None:
     # s1 restored (same input key), s2 redone (its text changed), s3/s4 new.
     assert model.calls == [(1, "s1"), (1, "s2"), (2, "s2"), (2, "s3"), (2, "s4")]
     assert w2.steps["s1"].restored and not w2.steps["s2"].restored
-    cand = await w2.candidate({"revenue": w2.result("s2")["summary"]})
+    cand = await w2.candidate(await w2.assemble({"revenue": w2.result("s2")["summary"]}))
     acc = await ctl.assess("digest/q3", cand.digest, CONTRACT, ok)
     assert acc.version == "v2"
     feed = MemoryReceiver()
@@ -111,7 +111,7 @@ async def test_candidate_for_another_version_is_refused(backend: outlive.Backend
     await w.start()
     for k in V1:
         await w.step(k, lambda text: {"s": text[:9]}, text=V1[k])
-    cand = await w.candidate({"revenue": "4.1"})
+    cand = await w.candidate()
     await ctl.publish("digest/q3", "v2", V2)
     before = await backend.load("digest/q3")
     with pytest.raises(outlive.VersionMismatch):
@@ -186,7 +186,7 @@ async def test_concurrent_works(backend: outlive.Backend) -> None:
         await w.start()
         for k in V1:
             await w.step(k, lambda text: {"s": text[:3]}, text=V1[k])
-        await w.candidate({"n": i})
+        await w.candidate()
         st = await backend.load(wid)
         assert st is not None
         return len(st.journal)

@@ -82,7 +82,8 @@ async def test_the_same_program_on_outlive_refuses_the_late_writer(tmp_path: Pat
         @entrypoint(checkpointer=b.checkpointer)
         async def digest(report: dict[str, str]) -> str:
             parts = [await summarise(section=k, text=v) for k, v in report.items()]
-            return (await current_worker().candidate({"revenue": parts[1]})).digest
+            worker = current_worker()
+            return (await worker.candidate(await worker.assemble({"revenue": parts[1]}))).digest
 
         ctl, w1 = await first_attempt(b)
         stale = asyncio.create_task(run(digest, V1, worker=w1))

@@ -173,7 +173,7 @@ async def test_a_step_saved_at_the_end_is_the_programs_exit_checkpoint_alone(
     assert (writes, checkpoints) == (0, N)
     st = await b.load("q3")
     assert st is not None and not st.journal
-    await w.candidate({"digest": "d"})
+    await w.candidate()
     st = await b.load("q3")
     assert st is not None and [e.step for e in st.journal] == [f"s{i}" for i in range(N)]
 

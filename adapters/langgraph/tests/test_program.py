@@ -56,7 +56,8 @@ def make_program(b: LangGraphBackend, h: Harness) -> Any:
     @entrypoint(checkpointer=b.checkpointer)
     async def digest(report: dict[str, str]) -> str:
         parts = [await summarise(section=k, text=v) for k, v in report.items()]
-        cand = await current_worker().candidate({"revenue": parts[1]["summary"]})
+        cand = await current_worker().candidate(
+            await current_worker().assemble({"revenue": parts[1]["summary"]}))
         return cand.digest
 
     return digest

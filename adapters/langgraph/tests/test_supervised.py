@@ -59,7 +59,8 @@ async def test_the_supervisor_takes_over_a_dead_graph_invocation(
                                                    "COSTS FELL."}
     calls = [tuple(json.loads(line)) for line in (tmp_path / "calls.log").read_text().splitlines()]
     assert calls == [(1, "s1"), (1, "s2"), (2, "s2"), (2, "s3")], "s1 restored by #2"
-    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2), ("s3", 2)]
+    assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 2), ("s3", 2),
+                                                         ("assembly", 2)]
     # In process #1 raises (an answer: recorded as failed, retried); a killed process is silence.
     first = outlive.AttemptState.FAILED if where == "in-process" else outlive.AttemptState.UNKNOWN
     assert [a.state for a in st.attempts] == [first, outlive.AttemptState.FINISHED]

@@ -72,6 +72,8 @@ def graph_attempt(build: Callable[[AttemptContext], Pregel[Any, Any, Any, Any]],
                                 config=config(ctx) if config is not None else None)
         if await ctx.worker.parked():
             return   # stopped at interrupt(): the attempt waits; whoever answers carries it on
-        await ctx.submit(candidate(out))
+        # the graph's output, journaled as the assembly of the steps it ran: the candidate's
+        # content is bound to the journal
+        await ctx.submit(await ctx.worker.assemble(candidate(out)))
 
     return attempt
