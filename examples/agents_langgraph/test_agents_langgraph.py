@@ -36,7 +36,7 @@ async def test_the_port_is_accepted_with_every_call_journaled(tmp_path: Path) ->
     done, state = await after.main(f"sqlite:///{tmp_path / 'w.db'}")
     assert done.acceptance.version == "v1"
     assert state.candidate(done.acceptance.digest).content == {"answer": "It's always sunny in sf!"}
-    assert [e.step for e in state.journal] == ["model:0", "tool:1:call-1", "model:1"]
+    assert [e.step for e in state.journal] == ["model:0", "tool:1:call-1", "model:1", "assembly"]
 
 
 def test_the_port_changes_at_most_30_lines() -> None:

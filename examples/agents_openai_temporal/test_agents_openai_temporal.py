@@ -45,7 +45,8 @@ async def test_the_port_is_accepted_with_every_call_journaled(server: DevServer)
     answer, state = await after.main(server.address)
     assert answer == "Sunny with wind in Tokyo, 14-20C."
     assert [a.version for a in state.acceptances] == ["v1"]
-    assert [e.step for e in state.journal] == ["model:0", "tool:1:0:get_weather", "model:1"]
+    assert [e.step for e in state.journal] == ["model:0", "tool:1:0:get_weather", "model:1",
+                                               "assembly"]
 
 
 def test_the_port_changes_at_most_30_lines() -> None:

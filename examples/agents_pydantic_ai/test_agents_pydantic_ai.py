@@ -32,7 +32,7 @@ async def test_the_port_is_accepted_with_the_roll_journaled(tmp_path: Path) -> N
     assert done.acceptance.version == "v1"
     steps = {e.step: e.result for e in state.journal}
     assert list(steps) == ["model:0", "tool:1:pyd_ai_tool_call_id__roll_dice",
-                           "tool:1:pyd_ai_tool_call_id__get_player_name", "model:1"]
+                           "tool:1:pyd_ai_tool_call_id__get_player_name", "model:1", "assembly"]
     roll = steps["tool:1:pyd_ai_tool_call_id__roll_dice"]
     answer = state.candidate(done.acceptance.digest).content["answer"]
     assert f'"roll_dice":"{roll}"' in answer and '"get_player_name":"Anne"' in answer

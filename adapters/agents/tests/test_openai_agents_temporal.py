@@ -80,4 +80,4 @@ async def test_agent_on_temporal_posts_once_and_quotes_the_correction(server: De
                             ["Q3 digest: revenue 4.7 million."]), "confirmed")]
     assert [e.step for e in state.journal if e.attempt == 1] == ["model:0"]
     assert [e.step for e in state.journal if e.attempt == 2] == [
-        "tool:1:0:read_attachment", "model:1", "model:2"]
+        "tool:1:0:read_attachment", "model:1", "model:2", "assembly"]

@@ -88,7 +88,7 @@ async def test_agent_in_the_articles_situation_posts_once_and_quotes_the_correct
          outlive.EffectState.CONFIRMED, 3)]
     assert [e.step for e in st.journal if e.attempt == 1] == ["model:0"]
     assert [(e.step, e.attempt) for e in st.journal if e.attempt > 1] == [
-        ("tool:1:call-read", 2), ("model:1", 2), ("model:2", 3)]
+        ("tool:1:call-read", 2), ("model:1", 2), ("model:2", 3), ("assembly", 3)]
 
 
 async def test_the_conversation_key_ignores_timestamps_and_run_ids(backend: outlive.Backend) -> None:
@@ -99,5 +99,6 @@ async def test_the_conversation_key_ignores_timestamps_and_run_ids(backend: outl
     assert out.model_calls == [(1, 0), (1, 1), (1, 2)]
     st = await backend.load(S.WORK)
     assert st is not None
-    assert [e.step for e in st.journal] == ["model:0", "tool:1:call-read", "model:1", "model:2"]
+    assert [e.step for e in st.journal] == ["model:0", "tool:1:call-read", "model:1", "model:2",
+                                            "assembly"]
     assert out.posts == ["Q3 digest: revenue 4.1 million."]

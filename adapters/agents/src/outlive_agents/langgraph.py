@@ -288,6 +288,7 @@ def agent_attempt(build: Callable[[AttemptContext], Pregel[Any, Any, Any, Any]],
             value = await decide(ctx, snapshot.interrupts[0].value)
             out = await run(graph, Command(resume=value), worker=ctx.worker,
                             config=cfg)  # type: ignore[arg-type]
-        await ctx.submit(answer(out))
+        # the final answer, journaled as the assembly of the run's steps (content is bound)
+        await ctx.submit(await ctx.worker.assemble(answer(out)))
 
     return attempt

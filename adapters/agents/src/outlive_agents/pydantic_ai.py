@@ -176,6 +176,7 @@ def agent_attempt(agent: Agent[Any, Any], *, prompt: Callable[[AttemptContext], 
         with outlive_overrides(agent, worker=ctx.worker, effects=effect_names, reads=reads):
             kw: dict[str, Any] = {} if deps is None else {"deps": deps(ctx)}
             result = await agent.run(prompt(ctx), **kw)
-        await ctx.submit(answer(result.output))
+        # the final answer, journaled as the assembly of the run's steps (content is bound)
+        await ctx.submit(await ctx.worker.assemble(answer(result.output)))
 
     return attempt
