@@ -56,7 +56,7 @@ def test_the_port_answers_the_same_with_the_same_trace_and_keeps_the_records(
     assert after["calls"] == before["calls"]
     assert SAMPLE_SPANS <= set(after["spans"]) and after["one_trace"]
     assert after["attempts"] == [[1, "finished", "v1"]]
-    assert after["journal"] == [["classify", 1], ["account", 1], ["reply", 1]]
+    assert after["journal"] == [["classify", 1], ["account", 1], ["reply", 1], ["assembly", 1]]
     assert after["accepted_for"] == ["v1"]
 
 
@@ -67,8 +67,8 @@ def test_a_corrected_ticket_is_replied_to_after_its_own_approval(server: DevServ
     first approval belonged to attempt #1 (it would have let #2 reply unapproved)."""
     out = _app(server, "--ported", "--scene", "corrected")
     assert out["attempts"] == [[1, "stopped", "v1"], [2, "finished", "v2"]]
-    assert out["journal"] == [["classify", 1], ["account", 1], ["reply", 1], ["classify", 2],
-                              ["reply", 2]]
+    assert out["journal"] == [["classify", 1], ["account", 1], ["reply", 1], ["assembly", 1],
+                              ["classify", 2], ["reply", 2], ["assembly", 2]]
     assert out["calls"] == {"classify_ticket": 2, "lookup_account": 1, "draft_reply": 2}
     assert out["accepted_for"] == ["v2"] and "August" in out["result"]["reply"]
     assert out["second_update"] == "approved"
