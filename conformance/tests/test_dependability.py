@@ -17,7 +17,7 @@ async def test_rules_after_a_late_correction() -> None:
     v1 = dependable(st, PinnedVersion(version="v1"))
     now = dependable(st, StrictCurrent())
     assert v1 is not None and now is not None and v1.digest != now.digest
-    assert "4.1" in v1.content["sections"]["s2"] and "4.7" in now.content["sections"]["s2"]
+    assert "4.1" in v1.content["s2"]["summary"] and "4.7" in now.content["s2"]["summary"]
     assert [a.version for a in st.acceptances] == ["v1", "v2"]   # superseded, never edited
     assert dependable(st, PinnedVersion(version="v9")) is None
     latest = dependable(st, LatestAccepted())
