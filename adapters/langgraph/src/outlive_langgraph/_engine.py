@@ -592,7 +592,8 @@ async def invoke_work(backend: Backend, graph: Pregel[Any, Any, Any, Any], input
     out = await graph.ainvoke(input, attempt_config(worker, config))
     if await worker.parked():
         return out   # waits on a person: whoever answers carries the attempt on
-    candidate = await worker.candidate(out)
+    # the graph's output, journaled as the assembly of the steps it ran (content is bound)
+    candidate = await worker.candidate(await worker.assemble(out))
     if contract is not None:
         await Controller(backend).assess(work, candidate.digest, contract, verdict)
         if announce is not None:
