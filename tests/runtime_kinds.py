@@ -63,7 +63,9 @@ async def small(ctx: outlive.AttemptContext) -> None:
     w = ctx.worker
     for part in SECTIONS:
         await w.step(part, summarise, **{part: ctx.inputs[part]})
-    acc = await ctx.submit({p: w.result(p) for p in SECTIONS})
+    # the sections' journaled results by step: the candidate names those steps (an attempt may
+    # have run others before)
+    acc = await ctx.submit({p: w.result(p) for p in SECTIONS}, list(SECTIONS))
     await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest},
                    send=post)
 
