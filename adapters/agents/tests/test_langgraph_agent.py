@@ -170,7 +170,7 @@ async def test_on_the_backends_own_saver_the_entries_ride_the_agents_saves(tmp_p
     assert st is not None
     assert [e.step for e in st.journal if e.attempt == 1] == ["model:0"]
     assert [(e.step, e.attempt) for e in st.journal if e.attempt > 1] == [
-        ("tool:1:call-read", 2), ("model:1", 2), ("model:2", 3)]
+        ("tool:1:call-read", 2), ("model:1", 2), ("model:2", 3), ("assembly", 3)]
     assert saver.carried_entries >= 1 and saver.flushed_entries == 0
 
 
