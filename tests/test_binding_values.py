@@ -483,6 +483,16 @@ async def test_on_postgresql_the_server_refuses_a_write_dated_ahead_of_its_clock
         assert att.admitted_at <= now + 1_000
         assert st.attempts[0].last_heartbeat <= now + 1_000
         assert b.ledger.server_now() <= now + 1_000      # read again from the server
+        # many works' commands at once go as one batch (group commit): guarded there too
+        for i in range(8):
+            await ctl.open_work(f"w{i}")
+            await ctl.publish(f"w{i}", "v1", V1)
+        b.ledger._server_ms += HOUR
+        await asyncio.gather(*(ctl.admit(f"w{i}") for i in range(8)))
+        now = _ms()
+        for i in range(8):
+            st = await b.load(f"w{i}")
+            assert st is not None and st.attempts[0].admitted_at <= now + 1_000
     finally:
         monkeypatch.undo()
         await b.close()

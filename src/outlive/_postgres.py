@@ -363,12 +363,17 @@ class PostgresLedger:
         finally:
             idle.put_nowait(conn)
 
-    async def _write_once(self, req: Write, single: tuple[str, tuple[Any, ...]]) -> bool:
+    def _with_guard(self, req: Write,
+                    single: tuple[str, tuple[Any, ...]]) -> tuple[str, tuple[Any, ...]]:
+        """``single`` with the server's guard on its time: every time in the write is at most the
+        store's clock as this host reads it now (the ledger clamped them to it when it applied).
+        Answered by the count of heads changed, whether it carries rows or not."""
         sql, params = single
-        # the server checks the write's time itself: every time in it is at most the store's
-        # clock as this host reads it now (the ledger clamped them to it when it applied)
-        sql = _guarded(sql, single is req.cas or single == req.cas)
-        params = (*params, self.server_now(), AHEAD_TOLERANCE_MS)
+        return (_guarded(sql, single is req.cas or single == req.cas),
+                (*params, self.server_now(), AHEAD_TOLERANCE_MS))
+
+    async def _write_once(self, req: Write, single: tuple[str, tuple[Any, ...]]) -> bool:
+        sql, params = self._with_guard(req, single)
         idle, conn = await self._take()
         try:
             if self.before_write is not None:
@@ -464,18 +469,15 @@ class PostgresLedger:
                         cur = conn.cursor()
                         if isinstance(req, Write):
                             assert req.single is not None
-                            await cur.execute(*req.single)
+                            await cur.execute(*self._with_guard(req, req.single))
                         else:
                             await cur.execute(req.sql, req.params)
                         curs.append(cur)
                 answers: list[Any] = []
                 for (req, _), cur in zip(batch, curs, strict=True):
                     if isinstance(req, Write):
-                        if req.single is req.cas or req.single == req.cas:
-                            answers.append(cur.rowcount == 1)
-                        else:
-                            row = await cur.fetchone()
-                            answers.append(row is not None and int(row[0]) == 1)
+                        row = await cur.fetchone()    # guarded: the count of heads changed
+                        answers.append(row is not None and int(row[0]) == 1)
                     else:
                         answers.append(await cur.fetchall())
             finally:
@@ -489,7 +491,11 @@ class PostgresLedger:
                         fut.set_exception(exc)
                 return
             # A statement failed: the server rolled the whole batch back. Each alone, as if
-            # no batch had been.
+            # no batch had been. Not on this connection: statements psycopg prepared inside the
+            # failed pipeline were never made on the server, yet its cache names them
+            # ("prepared statement ... does not exist" for the next command sent on it); closed,
+            # it is replaced when next taken.
+            await conn.close()
             for req, fut in batch:
                 await self._answer_alone(req, fut)
             return
