@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 import uuid
 from typing import Any
 
@@ -133,4 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Temporal's native worker threads may still call into Python while the interpreter
+    # finalizes (a rare "PyGILState_Release" abort after the run's answer is printed): the run
+    # is over and nothing is left to clean up, so leave without finalizing.
+    os._exit(code)
