@@ -143,6 +143,10 @@ async def test_the_queue_caps_attempts_and_keeps_start_order(url: str) -> None:
     admitted = sorted(done, key=lambda d: d.attempts[0].admitted_at)
     assert [d.work_id for d in admitted][:2] == ["q/0", "q/1"]
     assert all(len(d.attempts) == 1 for d in done)
+    # two slots freed together admit two queued works, not one: the fourth did not wait for
+    # the third to end (a lost slot made every later work wait for the one before)
+    by_id = {d.work_id: d.attempts[0] for d in done}
+    assert by_id["q/3"].admitted_at < by_id["q/2"].last_heartbeat
 
 
 async def test_a_handle_from_anywhere_and_the_works_listing(url: str) -> None:

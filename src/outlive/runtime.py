@@ -956,6 +956,8 @@ class Runtime:
             w.queued = False
             self._notify_room()
         self._running[name] = self._running.get(name, 0) + 1
+        if queue and self._running[name] < limit:
+            self._wake(queue[0])   # room for the next one too (slots freed together)
         return True
 
     def _free_slot(self, w: _Work) -> None:
