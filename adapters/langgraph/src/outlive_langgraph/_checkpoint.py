@@ -290,6 +290,17 @@ class HoldsWrites(Generic[_Call]):
     #: How long a held ``put_writes`` waits for a write to carry it (0: never).
     hold_seconds: float
     _held: dict[tuple[str, int, int], list[HeldWrites[_Call]]]
+    #: Held ``put_writes`` another write carried.
+    held: int
+
+    def _settle_held(self, held: list[HeldWrites[_Call]], sent: bool) -> None:
+        """Tell each held ``put_writes`` whether the write that took it committed (False:
+        each is written again by its own call, checked on its own)."""
+        for h in held:
+            if not h.sent.done():
+                h.sent.set_result(sent)
+                if sent:
+                    self.held += 1
 
     async def _hold(self, owner: tuple[str, int, int], calls: list[_Call]) -> bool:
         """Wait for the attempt's next write to commit ``calls`` with its own; False: it did not
@@ -627,14 +638,9 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
             else:
                 await self._fenced_all(config, calls)
         except BaseException:
-            for h in held:   # each is written again by its own call, checked on its own
-                if not h.sent.done():
-                    h.sent.set_result(False)
+            self._settle_held(held, False)
             raise
-        for h in held:
-            if not h.sent.done():
-                h.sent.set_result(True)
-                self.held += 1
+        self._settle_held(held, True)
 
     async def _put_with_held(self, config: RunnableConfig, owner: Owner,
                              rows: list[tuple[Any, ...]]) -> None:
@@ -646,14 +652,9 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         try:
             await self._fenced_all(config, calls)
         except BaseException:
-            for h in held:   # each is written again by its own call, checked on its own
-                if not h.sent.done():
-                    h.sent.set_result(False)
+            self._settle_held(held, False)
             raise
-        for h in held:
-            if not h.sent.done():
-                h.sent.set_result(True)
-                self.held += 1
+        self._settle_held(held, True)
 
     async def carry(self, thread: str, sql: str, rows: list[tuple[Any, ...]]) -> bool:
         """Hold the input checkpoint of ``run_step``'s program until the step's journal entry

@@ -417,24 +417,16 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
             try:
                 deferred = self.deferred.get(owner)
                 if deferred is not None and await self._carry(deferred, calls):
-                    for h in held:
-                        if not h.sent.done():
-                            h.sent.set_result(True)
-                            self.held += 1
+                    self._settle_held(held, True)
                     self.carried += 1
                     return  # committed in the node step's journal statement
                 statement = self._one_statement(calls)
                 if statement is None or not await self._compare_and_write(owner, *statement):
                     await self._locked_write(owner, None, calls)
             except BaseException:
-                for h in held:   # each is sent again by its own call, checked on its own
-                    if not h.sent.done():
-                        h.sent.set_result(False)
+                self._settle_held(held, False)
                 raise
-            for h in held:
-                if not h.sent.done():
-                    h.sent.set_result(True)
-                    self.held += 1
+            self._settle_held(held, True)
             return
         await self._locked_write(owner, stray, calls)
 
