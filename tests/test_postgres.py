@@ -19,10 +19,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from storage_work import one_step_work
+from storage_work import candidate_of, one_step_work
 
 import outlive
-from outlive import Controller, Part
+from outlive import Controller
 from outlive import ledger as L
 from outlive._pgserver import PostgresServer
 from outlive_conformance.contract import BackendContractSuite, DurableBackendContract
@@ -186,22 +186,6 @@ async def test_connection_killed_mid_commit_is_backend_unavailable_resolved_by_r
         await b.close()
 
 
-def _candidate_of(att: Any, name: str, content: Any) -> L.SubmitCandidate:
-    """A candidate whose content is a step's journaled result, the step journaled with it (in
-    the candidate's flush: one command)."""
-    from outlive.hashing import content_hash, input_key
-
-    sources = {"x": content_hash(name)}
-    key = input_key(name, sources)
-    rid = L.result_id("w", name, key, att.number)
-    write = L.StepWrite(step=name, sources=sources, input_key=key, result=content, result_id=rid,
-                        external=("x",))
-    part = Part(step=name, input_key=key, sources=sources, result_id=rid, external=("x",))
-    return L.SubmitCandidate(attempt=att.number, token=att.token, parts=(part,), content=content,
-                             digest=L.candidate_digest("w", "v1", (part,), content), at=2,
-                             secret=att.secret, flush=(write,))
-
-
 async def test_a_heartbeat_writes_the_same_wal_bytes_whatever_the_candidates(
         pg_server: PostgresServer) -> None:
     """Measured in the server's own WAL (pg_current_wal_lsn), not in time."""
@@ -213,7 +197,7 @@ async def test_a_heartbeat_writes_the_same_wal_bytes_whatever_the_candidates(
         try:
             att, _ = await one_step_work(b)
             for i in range(candidates):
-                await b.execute("w", _candidate_of(att, f"c{i}", {"text": f"{i}" + "c" * size}))
+                await b.execute("w", candidate_of(att, f"c{i}", {"text": f"{i}" + "c" * size}))
             await b.execute("w", L.Heartbeat(attempt=att.number, token=att.token, at=3,
                                              secret=att.secret))
             await admin.execute("CHECKPOINT")  # full-page images after a checkpoint: same for both

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_work import one_step_work
+from storage_work import candidate_of, one_step_work
 
 import outlive
 from outlive import Controller, Policy, Worker
@@ -328,23 +328,6 @@ async def test_an_embedded_file_cannot_fence_a_process_paused_inside_its_write(
         await b.close()
 
 
-def _candidate_of(att: Any, name: str, content: Any) -> L.SubmitCandidate:
-    """A candidate whose content is a step's journaled result, the step journaled with it (in
-    the candidate's flush: one command)."""
-    from outlive import Part
-    from outlive.hashing import content_hash, input_key
-
-    sources = {"x": content_hash(name)}
-    key = input_key(name, sources)
-    rid = L.result_id("w", name, key, att.number)
-    write = L.StepWrite(step=name, sources=sources, input_key=key, result=content, result_id=rid,
-                        external=("x",))
-    part = Part(step=name, input_key=key, sources=sources, result_id=rid, external=("x",))
-    return L.SubmitCandidate(attempt=att.number, token=att.token, parts=(part,), content=content,
-                             digest=L.candidate_digest("w", "v1", (part,), content), at=2,
-                             secret=att.secret, flush=(write,))
-
-
 # -- O(1) small writes -------------------------------------------------------------------------
 async def _wal_bytes_of_a_heartbeat(path: Path, candidates: int, size: int) -> tuple[int, int]:
     import sqlite3
@@ -353,7 +336,7 @@ async def _wal_bytes_of_a_heartbeat(path: Path, candidates: int, size: int) -> t
     try:
         att, _ = await one_step_work(b)
         for i in range(candidates):
-            await b.execute("w", _candidate_of(att, f"c{i}", {"text": f"{i}" + "c" * size}))
+            await b.execute("w", candidate_of(att, f"c{i}", {"text": f"{i}" + "c" * size}))
         side = sqlite3.connect(path)
         side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         wal = Path(f"{path}-wal")
@@ -388,7 +371,7 @@ async def test_disk_full_is_backend_unavailable_and_says_nothing_landed(tmp_path
         att, _ = await one_step_work(b)
         before = await b.load("w")
         assert before is not None
-        cmd = _candidate_of(att, "big", {"text": "c" * 200_000})
+        cmd = candidate_of(att, "big", {"text": "c" * 200_000})
         sb: Any = b
         pages = await sb._call(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
         await sb._call(lambda c: c.execute(f"PRAGMA max_page_count={pages + 2}"))
