@@ -12,6 +12,11 @@ the process CPU time (``time.process_time``) per call:
   a store's view gives it), the command checked and copied by ``apply`` itself.
 - ``checked+reads+apply``: the same through a store's path (``checked``, ``reads``, ``apply``).
 - ``ledger.apply Heartbeat``: ``apply`` of the attempt's beat (not its claim) to the same state.
+- ``apply RecordSteps @3,000``: ``apply`` of one new step write to the whole state of a work
+  whose journal holds ``LONG`` (3,000) entries, each to the state the one before returned (what
+  a backend that holds the whole state pays: the Temporal workflow's ledger). Each block starts
+  again from the 3,000-entry state; a cost that grows with the journal shows against the row
+  above.
 - ``worker._prepare``: the worker keying one step (input hashes, input key, result id).
 
 Not part of ``make test``: ``make bench-core-cpu`` runs it. Compare runs side by side on the
@@ -130,6 +135,48 @@ def _apply_bench(state: WorkState, worker: Worker, blocks: int,
     return _blocks(plain, blocks, size), _blocks(store, blocks, size), _blocks(beat, blocks, size)
 
 
+#: The journal length of the long-journal measure.
+LONG = 3000
+
+
+async def _long_state(worker: Worker, n: int = LONG) -> WorkState:
+    """The whole state of ``worker``'s work once its journal holds ``n`` entries."""
+    backend = worker.backend
+    state = await backend.load("w")
+    assert state is not None
+
+    def body(s1: str) -> dict[str, str]:
+        return {"r": s1}
+
+    for i in range(n - len(state.journal)):
+        await worker.step(f"long-{i}", body, s1="x")
+    state = await backend.load("w")
+    assert state is not None and len(state.journal) == n
+    return state
+
+
+def _step_commands(worker: Worker, prefix: str, count: int) -> list[L.RecordSteps]:
+    """``count`` new step writes of ``worker``'s attempt, one entry each."""
+    att = worker.attempt
+    out = []
+    for i in range(count):
+        p = worker._prepare(f"{prefix}-{i}", _identity, {"s1": "x"})
+        out.append(L.RecordSteps(attempt=att.number, token=att.token, entries=(p.write({"r": "x"}),),
+                                 at=1, secret=att.secret))
+    return out
+
+
+def _long_bench(state: WorkState, worker: Worker, blocks: int, size: int) -> list[float]:
+    cmds = [_step_commands(worker, f"chain-{b}", size) for b in range(blocks + 1)]
+
+    def chain(b: int) -> None:
+        s = state
+        for cmd in cmds[b]:
+            s, _ = L.apply(s, cmd, work_id="w", now=2)
+
+    return _blocks(chain, blocks, size)
+
+
 def _prepare_bench(worker: Worker, blocks: int, size: int) -> list[float]:
     def run(b: int) -> None:
         for i in range(size):
@@ -144,7 +191,7 @@ def _identity(s1: str) -> str:
 
 # -- instructions (callgrind) ---------------------------------------------------------------------
 MEASURES = ("worker.step memory://", "ledger.apply RecordSteps", "checked+reads+apply",
-            "ledger.apply Heartbeat", "worker._prepare")
+            "ledger.apply Heartbeat", f"apply RecordSteps @{LONG:,}", "worker._prepare")
 
 
 def _measured(run: Callable[[], None]) -> None:
@@ -192,6 +239,18 @@ async def _one(measure: str, n: int) -> None:
                 worker._prepare(name, body, {"s1": "x"})
 
         _measured(prepare)
+        return
+    if measure == MEASURES[4]:
+        # chained from the 3,000-entry state: the journal grows to 3,000 + 2n in the longer run
+        long = await _long_state(worker)
+        chained = _step_commands(worker, "chain", n)
+
+        def chain() -> None:
+            s = long
+            for cmd in chained:
+                s, _ = L.apply(s, cmd, work_id="w", now=2)
+
+        _measured(chain)
         return
     state = await backend.load("w")
     assert state is not None
@@ -268,6 +327,8 @@ def main() -> None:
     _show("ledger.apply RecordSteps", plain)
     _show("checked+reads+apply", store)
     _show("ledger.apply Heartbeat", beat)
+    long = asyncio.run(_long_state(worker))
+    _show(MEASURES[4], _long_bench(long, worker, args.blocks, args.size))
     _show("worker._prepare", _prepare_bench(worker, args.blocks, args.size))
 
 
