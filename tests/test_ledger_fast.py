@@ -21,9 +21,9 @@ import outlive
 from outlive import errors as E
 from outlive import ledger as L
 from outlive._check import checked_copy
-from outlive._clone import clone
+from outlive._clone import clone, evolve
 from outlive.hashing import content_hash, input_key
-from outlive.records import Contract, Part, Policy, Receipt, WorkState
+from outlive.records import Contract, JournalEntry, Part, Policy, Receipt, WorkState
 
 TEXTS = {"v1": {"a": "A1", "b": "B1"}, "v2": {"a": "A1", "b": "B2"}}
 
@@ -333,3 +333,141 @@ async def test_the_sweep_takes_the_same_path_both_ways(backend_url: str,
     result = await sweep(await outlive.open_backend(backend_url), q3_report(), concurrency=8)
     assert len(result.runs) == 864
     assert seen["quick"] > 864 and seen["general"] > 0, seen
+
+
+# -- long journals: the quick path looks result ids up in an index, never in the journal ---------
+#: Past the journal length under which the quick path scans the journal (``ledger._SCAN``).
+LONG = 69
+
+
+def _long(n: int = LONG, policy: Policy | None = None) -> tuple[WorkState, str]:
+    """Attempt #1 with ``n`` entries journaled, each applied to the state the one before gave."""
+    state, secret = _opened(policy or Policy())
+    for i in range(n):
+        state, _ = L.apply(state, _write(state, 1, 1, "a", "v1", secret=secret, name=f"n{i}"))
+    return state, secret
+
+
+def _retried(state: WorkState, secret: str, e: Any, result: Any = None) -> L.RecordSteps:
+    return L.RecordSteps(attempt=1, token=1, at=5, secret=secret, entries=(L.StepWrite(
+        step=e.step, sources=dict(e.sources), input_key=e.input_key or "k",
+        result=e.result if result is None else result, result_id=e.result_id,
+        external=e.external),))
+
+
+def _long_commands(state: WorkState, secret: str, extra: tuple[str, ...] = ()) -> list[Any]:
+    """New writes, and writes of entries journaled anywhere in the journal (the first, one in
+    the middle, the last: retried as they were, or with another value)."""
+    out: list[Any] = [_write(state, 1, 1, "a", "v1", secret=secret, name=name)
+                      for name in ("fresh", *extra)]
+    for e in (state.journal[0], state.journal[len(state.journal) // 2], state.journal[-1]):
+        out += [_retried(state, secret, e), _retried(state, secret, e, result="other")]
+    many = tuple(e for i in range(3) for e in _write(state, 1, 1, "a", "v1", secret=secret,
+                                                       name=f"m{i}").entries)
+    out.append(L.RecordSteps(attempt=1, token=1, at=5, secret=secret,
+                             entries=many + _retried(state, secret, state.journal[1]).entries))
+    out.append(L.RecordSteps(attempt=1, token=1, at=5, secret=secret, entries=many))
+    return out
+
+
+def _same_both_ways(state: WorkState, cmds: list[Any]) -> int:
+    """Each of ``cmds`` applied to ``state`` by ``apply`` and by the general path: equal. How
+    many the quick path answered."""
+    quick = 0
+    for cmd in cmds:
+        expected = _general(state, cmd, None)
+        assert _applied(state, cmd, None) == expected, cmd
+        if not isinstance(expected[0], type) and \
+                L._record_usual(state, L.checked(cmd).command, None) is not None:
+            quick += 1
+    return quick
+
+
+@pytest.mark.parametrize("policy", [Policy(), Policy(pins=False)], ids=repr)
+def test_a_long_journal_gets_the_general_answer(policy: Policy) -> None:
+    """Past the journal length the quick path scans, along a chain of writes (each state the one
+    before returned, its index carried), on a state decoded from storage (no index), and on
+    states rebuilt from an indexed one with another journal (the index is not theirs)."""
+    from outlive import codec
+
+    assert LONG > L._SCAN * 2
+    state, secret = _long(policy=policy)
+    assert L._IDS in state.__dict__ and state.__dict__[L._IDS][0] is state.journal
+    stored = codec.loads(codec.dumps(state))
+    assert stored == state and L._IDS not in stored.__dict__
+    cut = state.journal[:L._SCAN + 3]
+    shorter = evolve(state, journal=cut)        # carries the longer journal's index along
+    assert shorter.__dict__[L._IDS][0] is not shorter.journal
+    names = tuple(e.step for e in state.journal[L._SCAN + 3:][:3])  # journaled only in state
+    for s in (state, stored, shorter, dataclasses.replace(state)):
+        assert _same_both_ways(s, _long_commands(s, secret, names)) >= 2
+
+
+def test_states_rolled_back_keep_their_own_index() -> None:
+    """Two writes applied to one state (a store's batch that failed, then another write on the
+    state kept): each branch knows its own entries only, and goes on getting the general path's
+    answer; the first branch's entry is written anew on the second."""
+    state, secret = _long()
+    a = _write(state, 1, 1, "a", "v1", secret=secret, name="branch-a")
+    b = _write(state, 1, 1, "a", "v1", secret=secret, name="branch-b")
+    one, _ = L.apply(state, a)
+    two, _ = L.apply(state, b)
+    for s, mine, theirs in ((one, a, b), (two, b, a)):
+        again = L.apply(s, mine)        # a retried write: no entry added
+        assert len(again[0].journal) == len(s.journal) and again == _general(s, mine, None)
+        assert _same_both_ways(s, [theirs, mine]) == 1
+        s2, _ = L.apply(s, theirs)
+        assert [e.step for e in s2.journal[-2:]] == [mine.entries[0].step, theirs.entries[0].step]
+        assert _same_both_ways(s2, _long_commands(s2, secret)) >= 2
+    grown, _ = L.apply(state, a)
+    assert grown == one
+
+
+def test_the_index_is_no_part_of_the_state() -> None:
+    """An indexed state equals, prints and encodes as the same state without its index."""
+    from outlive import codec
+    from outlive.sqlstore import COLLECTIONS
+
+    state, _ = _long()
+    plain = dataclasses.replace(state)
+    assert L._IDS in state.__dict__ and L._IDS not in plain.__dict__
+    assert state == plain and repr(state) == repr(plain)
+    assert codec.dumps(state) == codec.dumps(plain)
+    assert codec.dumps_blank(state, COLLECTIONS) == codec.dumps_blank(plain, COLLECTIONS)
+    assert clone(state) == plain and dataclasses.asdict(state) == dataclasses.asdict(plain)
+    assert copy.deepcopy(state) == plain
+
+
+class _Counted(JournalEntry):
+    """A journal entry whose result id counts its reads (the ledger reads it as an attribute)."""
+
+    reads = 0
+
+    @property   # type: ignore[override]
+    def result_id(self) -> str:
+        _Counted.reads += 1
+        rid: str = self.__dict__["result_id"]
+        return rid
+
+
+def test_a_step_write_reads_no_journal_entry_along_a_chain() -> None:
+    """The cost of a step write does not grow with the journal: along a chain of writes (what
+    a backend that holds the whole state does: the Temporal workflow's ledger) the quick path
+    reads no entry of the journal after the first write has indexed it (before the index,
+    every write compared its result id with every entry's). Counted, not timed: each entry of
+    a long journal counts the reads of its result id."""
+    state, secret = _long(200)
+    counted = []
+    for e in state.journal:
+        c = object.__new__(_Counted)
+        c.__dict__.update(e.__dict__)
+        counted.append(c)
+    state = dataclasses.replace(state, journal=tuple(counted))   # as loaded: no index
+    _Counted.reads = 0
+    state, _ = L.apply(state, _write(state, 1, 1, "a", "v1", secret=secret, name="first"))
+    assert _Counted.reads == 200                # the index is built once, from every entry
+    for i in range(100):
+        _Counted.reads = 0
+        state, out = L.apply(state, _write(state, 1, 1, "a", "v1", secret=secret, name=f"c{i}"))
+        assert out.kind == "journaled" and _Counted.reads == 0, i
+    assert len(state.journal) == 301

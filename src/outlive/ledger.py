@@ -1186,6 +1186,49 @@ def _usual_owner(state: WorkState, cmd: RecordSteps | Heartbeat) -> Attempt | No
     return att
 
 
+#: Journals of at most this many entries are scanned for a result id (a store's view holds a
+#: few); longer ones are looked up in :func:`_journal_ids`' index.
+_SCAN = 32
+#: The key, in a state's ``__dict__``, of the index of its journal's result ids: no field, so
+#: no equality, copy, encoding or stored row sees it (see :func:`_journal_ids`).
+_IDS = "_journal_ids"
+_Runs = tuple[frozenset[str], ...]
+
+
+def _journal_ids(state: WorkState) -> _Runs:
+    """The result ids of ``state.journal`` as runs of sets, their union exactly those ids.
+
+    Kept in the state's ``__dict__`` (a cache, no field) as ``(journal, runs)``, and believed
+    only for the very journal tuple it was made for (``is``: a tuple never changes, and the
+    index holds it, so its id cannot be reused). So a state rolled back, rebuilt with another
+    journal (``evolve``, ``replace``) or decoded from storage has no index, or one that is not
+    believed, and gets one built here once (a scan: what every step paid before). The quick
+    path hands the state it returns the runs grown by the entries it appended
+    (:func:`_grown`): along a chain of step writes, a step costs no scan of the journal.
+    """
+    journal = state.journal
+    kept = state.__dict__.get(_IDS)
+    if kept is not None and kept[0] is journal:
+        runs: _Runs = kept[1]
+        return runs
+    runs = (frozenset([e.result_id for e in journal]),)
+    state.__dict__[_IDS] = (journal, runs)   # immutable both: a later apply on state reuses it
+    return runs
+
+
+def _grown(runs: _Runs, ids: list[str]) -> _Runs:
+    """``runs`` with ``ids`` added as a new run, merged with the newest runs no larger than it
+    (a binary counter's carries): O(log n) runs, each id copied O(log n) times over its life."""
+    new = frozenset(ids)
+    if not runs or len(runs[-1]) > len(new):
+        return (*runs, new)
+    out = list(runs)
+    while out and len(out[-1]) <= len(new):
+        new = out.pop() | new
+    out.append(new)
+    return tuple(out)
+
+
 def _record_usual(state: WorkState, cmd: RecordSteps,
                   now: int | None) -> tuple[WorkState, Outcome] | None:
     """What ``apply`` answers for ``cmd`` in the usual case, built directly; None otherwise.
@@ -1216,6 +1259,7 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
         else:
             return None
     journal = state.journal
+    runs = _journal_ids(state) if len(journal) > _SCAN else None
     seq = state.seq
     added: list[JournalEntry] = []
     # a batch's own result ids, when it has more than a few (a flush of many steps): one set
@@ -1252,9 +1296,14 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
                         return None
                 elif part != digest:
                     return None
-        for e in journal:
-            if e.result_id == rid:
-                return None
+        if runs is None:
+            for e in journal:
+                if e.result_id == rid:
+                    return None
+        else:
+            for run in runs:
+                if rid in run:
+                    return None
         if ids is None:
             for e in added:
                 if e.result_id == rid:
@@ -1283,7 +1332,10 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
     _SET(alive, "__dict__", fields)
     attempts = state.attempts
     fields = state.__dict__.copy()
-    fields["journal"] = (*journal, *added)
+    grown = journal + tuple(added)      # a tuple's concatenation: no list built between
+    fields["journal"] = grown
+    if runs is not None:
+        fields[_IDS] = (grown, _grown(runs, [e.result_id for e in added]))
     fields["seq"] = seq
     fields["attempts"] = ((alive,) if len(attempts) == 1 else
                           tuple([alive if a.number == number else a for a in attempts]))
