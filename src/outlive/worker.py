@@ -236,6 +236,11 @@ class Worker:
         self.last_sign: int | None = None
         #: Set when a wait ends: the lease's renewal sleeps on it while the attempt waits.
         self._wait_over: asyncio.Event | None = None
+        #: Awaited before anything that depends on this attempt's steps (an assembly, the
+        #: candidate, an effect, a wait, the end): an engine that lets a step's journal write
+        #: be in flight while the next step runs (LangGraph's ``durability="async"``) lands
+        #: them there, and raises a failed one's error.
+        self.landed: Callable[[], Awaitable[None]] | None = None
 
     @property
     def work_id(self) -> str:
@@ -422,6 +427,8 @@ class Worker:
         its body then reads the journaled results, never a copy the caller may have changed.
         """
         text_argument(name, "name", "Worker.assemble")
+        if self.landed is not None:
+            await self.landed()
         names = list(steps) if steps is not None else [n for n in self._parts if n != name]
         missing = [n for n in names if n not in self._parts]
         if missing:
@@ -554,6 +561,8 @@ class Worker:
     async def wait(self, reason: str) -> None:
         """Record ``waiting`` (on a person, an outside event): not silence; suspected only past
         the kind's wait limit, or when its runner is known dead (:func:`outlive.ledger.suspicion`)."""
+        if self.landed is not None:
+            await self.landed()
         await self._call(L.Wait(attempt=self.attempt.number, token=self.token, reason=reason,
                                 at=self.clock(), secret=self.attempt.secret))
         self.waits = reason
@@ -626,6 +635,8 @@ class Worker:
         if isinstance(steps, str):
             argument(steps, (list, tuple, type(None)), "steps", "Worker.candidate",
                      "a list of step names (a single name goes as [name])")
+        if self.landed is not None:
+            await self.landed()
         names = list(steps) if steps is not None else list(self._parts)
         missing = [n for n in names if n not in self._parts]
         if missing:
@@ -665,6 +676,8 @@ class Worker:
         """
         text_argument(op_key, "op_key", "Worker.effect")
         callable_argument(send, "send", "Worker.effect")
+        if self.landed is not None:
+            await self.landed()
         key: str | None = op_key if send_key is KEEP else send_key
         L.check_size(payload, f"payload of {op_key!r}")
         out = await self._call(L.RecordIntent(
@@ -717,6 +730,8 @@ class Worker:
         return await self.effect(op_key, eff.payload, send, send_key=send_key)
 
     async def finish(self) -> None:
+        if self.landed is not None:
+            await self.landed()
         if self._pending:
             await self._call(L.RecordSteps(attempt=self.attempt.number, token=self.token,
                                            entries=tuple(self._pending), at=self.clock(),
