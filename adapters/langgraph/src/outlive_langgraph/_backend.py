@@ -299,6 +299,17 @@ class LangGraphBackend(Backend):
         """This backend's saver, if it carries queued entries (None: it does not)."""
         return None
 
+    async def _after_flights(self, work_id: str, command: Command) -> None:
+        """Before ``command``: this process's journal writes on the work still in flight
+        (``durability="async"``) land, and a failed one's error is raised for its attempt. A
+        heartbeat neither waits nor raises (it depends on no step)."""
+        saver = self._entry_saver()
+        if isinstance(saver, TaskWrites) and saver.in_flight_for(work_id) \
+                and type(command) is not L.Heartbeat:
+            attempt = getattr(command, "attempt", None)
+            await saver.landed(work_id, attempt if isinstance(attempt, int)
+                               and hasattr(command, "token") else None)
+
     async def _flush_entries(self, work_id: str, command: Command) -> None:
         """Send the entries queued for ``command``'s attempt before the command itself (its
         effects, waits and candidate follow them in the ledger). Not before a heartbeat."""
@@ -467,6 +478,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         return self._saver
 
     async def execute(self, work_id: str, command: Command) -> Outcome:
+        await self._after_flights(work_id, command)
         await self._flush_entries(work_id, command)
         entry = _NODE_ENTRY.get()
         if entry is not None and entry.body_done and not entry.written:
@@ -573,6 +585,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         """The core store's write transaction, with LangGraph's rows added before its COMMIT."""
         if slot is None:
             return await self.execute(work_id, command), False
+        await self._after_flights(work_id, command)
         await self._flush_entries(work_id, command)
         saver = self._db()
         sql, rows = saver.task_rows(slot, writes)
@@ -627,6 +640,7 @@ class LangGraphSqliteBackend(LangGraphBackend):
         att = worker.attempt
         command = L.Wait(attempt=att.number, token=att.token, reason=reason, at=worker.clock(),
                          secret=att.secret)
+        await self._after_flights(worker.work_id, command)
         await self._flush_entries(worker.work_id, command)
         ledger, row = self._store, (worker.work_id, att.number, att.secret)
 

@@ -86,10 +86,63 @@ class TaskWrites:
         #: saves them (``run_step``'s program); answers whether it wrote them.
         self.on_write: dict[str, Callable[[TaskWrite, Sequence[tuple[str, Any]]],
                                           Awaitable[bool]]] = {}
+        #: Work -> the ``outlive_task`` steps that returned to the user's code while their
+        #: journal write was in flight (``durability="async"``: :meth:`fly`), each with its
+        #: attempt; and (work, attempt) -> the first error of such a write that failed.
+        self.flying: dict[str, dict[asyncio.Task[Any], int]] = {}
+        self.flight_errors: dict[tuple[str, int], BaseException] = {}
 
     #: Entries kept for LangGraph calls that never come (an invocation cancelled after the task
     #: returned, ``durability="exit"``); the oldest go first.
     KEEP = 4096
+
+    def fly(self, work_id: str, attempt: int, step: asyncio.Task[Any]) -> None:
+        """``step`` (a running ``Worker.step`` whose journal write was sent) returns to the
+        user's code before its commit; :meth:`landed` is the barrier that waits for it."""
+        self.flying.setdefault(work_id, {})[step] = attempt
+        step.add_done_callback(lambda done: self._landed_one(work_id, done))
+
+    def _landed_one(self, work_id: str, step: asyncio.Task[Any]) -> None:
+        """Forget a step that ended; keep its error for the attempt's next barrier."""
+        tasks = self.flying.get(work_id)
+        attempt = tasks.pop(step, None) if tasks is not None else None
+        if tasks is not None and not tasks:
+            del self.flying[work_id]
+        if attempt is None or step.cancelled():
+            return
+        error = step.exception()
+        if error is not None:
+            self.flight_errors.setdefault((work_id, attempt), error)
+            while len(self.flight_errors) > self.KEEP:
+                del self.flight_errors[next(iter(self.flight_errors))]
+
+    async def landed(self, work_id: str, attempt: int | None) -> None:
+        """The barrier: wait for this process's journal writes on ``work_id`` in flight now (not
+        for those sent meanwhile: a write of LangGraph's waiting here would never end while the
+        graph keeps stepping), then raise the error of any that failed for ``attempt`` (the
+        same typed error its own ``await`` would have raised; again at every later barrier)."""
+        tasks = self.flying.get(work_id)
+        if tasks:
+            steps = list(tasks)
+            await asyncio.wait(steps)
+            for step in steps:
+                self._landed_one(work_id, step)
+        if attempt is not None:
+            error = self.flight_errors.get((work_id, attempt))
+            if error is not None:
+                raise error
+
+    async def after_flights(self, config: RunnableConfig) -> None:
+        """The barrier for a write of LangGraph's made for an attempt (its final checkpoint,
+        a task's writes): the attempt's steps in flight land first, and their error is raised."""
+        if self.flying or self.flight_errors:
+            owner = owner_of(config)
+            if owner is not None and self.in_flight_for(owner[0]):
+                await self.landed(owner[0], owner[1])
+
+    def in_flight_for(self, work_id: str) -> bool:
+        """Whether a barrier on ``work_id`` has anything to wait for or to raise."""
+        return work_id in self.flying or bool(self.flight_errors)
 
     def wrote(self, slot: TaskWrite, writes: Sequence[tuple[str, Any]]) -> None:
         self.prewritten[slot.task_id] = (slot, writes)
@@ -605,6 +658,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         thread = str(conf["thread_id"])
         rows = [(thread, conf["checkpoint_ns"], checkpoint["id"], conf.get("checkpoint_id"), type_,
                  blob, meta)]
+        await self.after_flights(config)
         owner = owner_of(config) if self.deferred or self._held else None
         entry = self.deferred.get(owner) if owner is not None else None
         if entry is not None:
@@ -699,6 +753,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         if landing is not None:
             self.waited += 1
             await asyncio.shield(landing)   # the row's journal write, queued: wait for its end
+        await self.after_flights(config)
         conf = config["configurable"]
         if self._carried:
             self.release(str(conf["thread_id"]))   # no journal entry will carry them now

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER, CONFIG_KEY_DURABILITY
 from langgraph.config import get_config
 from langgraph.func import task
 from langgraph.pregel import Pregel
@@ -38,6 +39,7 @@ from langgraph.types import Command
 
 from outlive import Contract, Controller, External, Worker
 from outlive import ledger as L
+from outlive._clone import clone
 from outlive.backend import Backend, StepCall
 from outlive.controller import Assessor
 from outlive.errors import AttemptClaimed, AttemptEnded, ConfigError, InvalidRecord, NotFound
@@ -45,6 +47,7 @@ from outlive.hashing import content_hash, input_key
 from outlive.records import AttemptState, Candidate, InputVersion
 from outlive.worker import Persist
 
+from ._checkpoint import TaskWrites
 from ._context import (
     IN_NODE,
     INSIDE_TASK,
@@ -327,7 +330,18 @@ class OutliveTask(Generic[P, T]):
         result: T
         if returned and envelope is returned[0]:
             if len(returned) > 1:
-                await returned[1]   # the journal write was sent when the body returned: its end
+                # The journal write was sent when the body returned. Under "async" it may stay
+                # in flight while the next step runs, as LangGraph's own write of a task does;
+                # whatever depends on it waits for it first (the saver's ``landed``).
+                flights = _in_flight_allowed(worker)
+                running = returned[1]
+                if flights is not None and not running.done():
+                    flights.fly(worker.work_id, worker.attempt.number, running)
+                    worker.landed = functools.partial(flights.landed, worker.work_id,
+                                                      worker.attempt.number)
+                    result = clone(envelope["result"])   # the caller may change its copy
+                    return result
+                await running   # under "sync": its end, so the result is committed when returned
             result = worker.result(step)   # this call's body ran (or restored) the step just now
             return result
         key = input_key(step, sources)
@@ -350,6 +364,23 @@ class OutliveTask(Generic[P, T]):
         # journal never saw: run the step here, outside the task whose position is taken.
         result = await _inline(worker, step, self._run, self._declared(inputs))
         return result
+
+
+def _in_flight_allowed(worker: Worker) -> TaskWrites | None:
+    """The backend's saver, if this step's journal write may stay in flight when the call
+    returns: the graph runs under ``durability="async"`` on that saver (which then holds the
+    barrier every later write of the attempt passes); None: the call waits for the commit."""
+    try:
+        conf = get_config().get("configurable") or {}
+    except RuntimeError:
+        return None
+    if conf.get(CONFIG_KEY_DURABILITY) != "async":
+        return None
+    saver = conf.get(CONFIG_KEY_CHECKPOINTER)
+    if not isinstance(saver, TaskWrites) or saver is not getattr(worker.backend, "checkpointer",
+                                                                None):
+        return None
+    return saver
 
 
 class _Decorator:

@@ -44,7 +44,7 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from outlive._postgres import _OPTIONS as _LEDGER_OPTIONS
 from outlive._postgres import PostgresLedger, while_busy
 from outlive.errors import BackendUnavailable, OutliveError
-from outlive.ledger import Command, Outcome
+from outlive.ledger import Command, Heartbeat, Outcome
 from outlive.records import WorkState
 from outlive.sqlstore import Read, Write, load_flow, pg_write_carries, pg_write_with
 
@@ -188,6 +188,12 @@ class _Ledger(PostgresLedger):
             deferred.carried = took
         deferred.written = took
         return took
+
+
+def _attempt_of(command: Command) -> int | None:
+    """The attempt a worker's command writes for (None: a controller's command)."""
+    attempt = getattr(command, "attempt", None)
+    return attempt if isinstance(attempt, int) and hasattr(command, "token") else None
 
 
 async def _nothing_in_flight(work_id: str) -> None:
@@ -337,6 +343,7 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
         owner = owner_of(config)
         if owner is None:
             return await write()
+        await self.after_flights(config)   # the steps it follows, landed first
         token = _WRITING_FOR.set(owner)
         try:
             # Rolled back by the server while a ledger writer held the head: nothing landed.
@@ -361,10 +368,11 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
         if landing is not None:
             self.waited += 1
             await asyncio.shield(landing)   # the row's journal write, sent: wait for its end
+        await self.after_flights(config)   # the steps it follows, landed first
+        owner = owner_of(config)
         done, stray = self.claim(config, writes, task_id, task_path)
         if done:
             return  # committed with the step's journal entry, in its transaction
-        owner = owner_of(config)
         if stray is None and owner is None:
             await super().aput_writes(config, writes, task_id, task_path)  # not fenced: LangGraph's
             return
@@ -658,8 +666,10 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         and is then answered as done, or written as usual if the rows did not land.
         """
         if slot is None or self._saver is None:
-            return await self.ledger.execute(work_id, command), False
+            return await self.execute(work_id, command), False
         saver = self._saver
+        if saver.in_flight_for(work_id):
+            await saver.landed(work_id, _attempt_of(command))   # a step's write still in flight
         sql, rows = saver.task_rows(slot, writes)
         wrote: list[bool] = []
         landed: asyncio.Future[None] | None = None
@@ -677,6 +687,15 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
                     del saver.in_flight[slot.task_id]
                 landed.set_result(None)
         return out, bool(wrote)
+
+    async def execute(self, work_id: str, command: Command) -> Outcome:
+        """The core's command, after this process's journal writes on the work still in flight
+        (``durability="async"``) landed: it depends on them, and its compare-and-set would
+        miss while one is at the server. A heartbeat neither waits nor raises their error."""
+        saver = self._saver
+        if saver is not None and saver.in_flight_for(work_id) and type(command) is not Heartbeat:
+            await saver.landed(work_id, _attempt_of(command))
+        return await self.ledger.execute(work_id, command)
 
     async def defer_node_entry(self, config: RunnableConfig,
                                run: Callable[[Callable[[Any], None] | None],

@@ -1,0 +1,239 @@
+"""``durability="async"``: a step's journal write may be in flight while the next step runs.
+
+LangGraph's own write of a task's result is in flight while the next task runs (under "async",
+and inside an entrypoint under "sync" too) and is awaited before the run ends. Under "async" an
+``outlive_task`` follows that mode: its call returns once its journal write is sent, and a
+barrier lands every write in flight before anything depends on it (the next step's write, a
+candidate, an effect, a wait, the end of the attempt, LangGraph's own writes of the attempt, the
+end of the run). A write in flight that fails raises its own error at that barrier. Under "sync"
+the call still returns only after the commit (``test_postgres.py``, ``test_one_commit.py``).
+
+Each write here is held (the store's hook before it sends or commits) until the user's code
+has gone past the step: before this change the step's ``await`` waited for the commit, so the
+hold ran out (``_HOLD`` seconds) and the line after the step had not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.func import entrypoint
+
+import outlive
+from outlive import Controller, Worker
+from outlive import ledger as L
+from outlive_langgraph import LangGraphBackend, outlive_task, run
+from outlive_langgraph.pgserver import PostgresServer
+
+from ._q3 import V2, first_attempt
+
+#: How long a held write waits for the user's code to go past its step (seconds; generous:
+#: only a build where the step waits for its commit ever runs it out).
+_HOLD = 10.0
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path,
+                  pg_server: PostgresServer) -> AsyncIterator[LangGraphBackend]:
+    if request.param == "postgres":
+        url = pg_server.create_database(f"f_{uuid.uuid4().hex[:8]}")
+    else:
+        url = f"langgraph+sqlite:///{tmp_path}/lg.db"
+    b = await outlive.open_backend(url)
+    assert isinstance(b, LangGraphBackend)
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+@pytest.fixture
+async def pg_backend(pg_server: PostgresServer) -> AsyncIterator[LangGraphBackend]:
+    b = await outlive.open_backend(pg_server.create_database(f"f_{uuid.uuid4().hex[:8]}"))
+    assert isinstance(b, LangGraphBackend)
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+class _Held:
+    """Holds the journal write of step ``i`` (before it reaches the database) until the user's
+    code ran the line after that step; ``ran_out``: it never did within ``_HOLD``."""
+
+    def __init__(self, b: LangGraphBackend, i: int) -> None:
+        self.i = i
+        self.past = threading.Event()
+        self.ran_out = False
+        self.writes = 0
+        self.then: Any = None   # called once the hold ends (a takeover, an injected failure)
+        if b.url.startswith("langgraph+postgres"):
+            async def before(_conn: Any) -> None:
+                self.writes += 1
+                if self.writes == self.i + 1:
+                    self.ran_out = not await asyncio.to_thread(self.past.wait, _HOLD)
+                    if self.then is not None:
+                        # In a context of its own, as another process would be: the held
+                        # write's context names the task rows its statement carries.
+                        await asyncio.get_running_loop().create_task(
+                            self.then(), context=contextvars.Context())
+
+            b.ledger.before_write = before  # type: ignore[attr-defined]
+        else:
+            store = b._store  # type: ignore[attr-defined]
+
+            def hold(_tx: Any) -> None:   # in the connection's thread, before COMMIT
+                self.writes += 1
+                if self.writes == self.i + 1:
+                    self.ran_out = not self.past.wait(_HOLD)
+
+            store.before_commit = hold
+
+
+async def _task_rows(b: LangGraphBackend) -> int:
+    """LangGraph's rows of task results on the thread ``q3``."""
+    if b.url.startswith("langgraph+postgres"):
+        with psycopg.connect(b.conninfo) as conn:  # type: ignore[attr-defined]
+            row = conn.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = 'q3' "
+                               "AND channel = '__return__'").fetchone()
+    else:
+        row = await b.checkpointer.in_thread(  # type: ignore[attr-defined]
+            lambda conn: conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'q3' AND "
+                                      "channel = '__return__'").fetchone())
+    assert row is not None
+    return int(row[0])
+
+
+def _program(b: LangGraphBackend, held: _Held, after: list[int]) -> Any:
+    @outlive_task(external=("i",))
+    async def step(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    @entrypoint(checkpointer=b.checkpointer)
+    async def prog(n: int) -> list[int]:
+        out = []
+        for i in range(n):
+            got = await step(i)
+            after.append(i)
+            if i == held.i:
+                held.past.set()
+            got["i"] += 100   # the caller's copy: what was journaled stays as it was
+            out.append(got["i"] - 100)
+        return out
+
+    return prog
+
+
+async def test_an_async_step_returns_with_its_write_in_flight_and_the_run_lands_it(
+        backend: LangGraphBackend) -> None:
+    """Step 0's write is held until the line after ``await step(0)`` ran: under "async" that
+    line runs (the write in flight), the next step's write waits for it, and by the time the
+    run returns every entry committed with LangGraph's row for its task, once."""
+    _ctl, w = await first_attempt(backend)
+    held = _Held(backend, 0)
+    after: list[int] = []
+    w0 = held.writes
+    out = await run(_program(backend, held, after), 3, worker=w, durability="async")
+    assert not held.ran_out, "the step's call waited for its commit"
+    assert out == [0, 1, 2] and after == [0, 1, 2]
+    st = await backend.load("q3")
+    assert st is not None
+    mine = [e for e in st.journal if e.attempt == 1]
+    assert [e.result for e in mine] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert held.writes - w0 >= 3
+    saver: Any = backend.checkpointer
+    assert not saver.flying and not saver.flight_errors
+    assert sorted(w.steps) == sorted(e.step for e in mine)   # the worker knows every step
+    cand = await w.candidate()
+    assert set(cand.content) == {e.step for e in mine}
+    assert await _task_rows(backend) == 3   # LangGraph's row for each task, once
+
+
+async def test_a_refusal_of_a_write_in_flight_raises_at_the_barrier(
+        pg_backend: LangGraphBackend) -> None:
+    """#2 is admitted while #1's write of step 0 is in flight: the user's code has gone on
+    (under "async" that is allowed, as LangGraph's own write is), the write is refused, and the
+    refusal (``StaleOwner``) raises out of the run at the next barrier; nothing of #1 lands."""
+    backend = pg_backend   # the takeover runs inside the held write, before it is sent
+    other = await outlive.open_backend(backend.url)
+    try:
+        _ctl, w = await first_attempt(backend)
+        held = _Held(backend, 0)
+        after: list[int] = []
+
+        async def takeover() -> None:
+            ctl = Controller(other, clock=lambda: 0)
+            await ctl.publish("q3", "v2", V2)
+            await other.execute("q3", Controller(other).stamp(L.MarkUnknown(attempt=1, at=5)))
+            w2 = Worker(other, await ctl.admit("q3"), V2)
+            await w2.start()
+
+        held.then = takeover
+        with pytest.raises(outlive.StaleOwner):
+            await run(_program(backend, held, after), 3, worker=w, durability="async")
+        assert not held.ran_out, "the step's call waited for its commit"
+        assert after[:1] == [0]
+        with pytest.raises(outlive.StaleOwner):   # and at every later barrier of the attempt
+            await w.candidate()
+    finally:
+        await other.close()
+    st = await backend.load("q3")
+    assert st is not None and not [e for e in st.journal if e.attempt == 1]
+    assert await _task_rows(backend) == 0
+
+
+class _Injected(RuntimeError):
+    pass
+
+
+async def test_an_error_of_a_write_in_flight_is_raised_never_lost(
+        pg_backend: LangGraphBackend) -> None:
+    """Step 0's write fails after the user's code went on (an error injected where the write
+    would be sent): the run raises that very error, and no later step's write is sent after
+    it (the journal holds nothing of the attempt)."""
+    backend = pg_backend   # the failure is injected where the statement would be sent
+    _ctl, w = await first_attempt(backend)
+    held = _Held(backend, 0)
+    after: list[int] = []
+    boom = _Injected("the server went away")
+
+    async def fail() -> None:
+        raise boom
+
+    held.then = fail
+    with pytest.raises(_Injected) as got:
+        await run(_program(backend, held, after), 3, worker=w, durability="async")
+    assert got.value is boom
+    assert not held.ran_out
+    assert after[:1] == [0]
+    st = await backend.load("q3")
+    assert st is not None and not [e for e in st.journal if e.attempt == 1]
+    with pytest.raises(_Injected):
+        await w.finish()   # the attempt's end is a barrier too: the error is still there
+
+
+async def test_under_sync_the_step_still_returns_after_its_commit(
+        backend: LangGraphBackend) -> None:
+    """The same program under "sync": the step's call waits for its commit, so the held write
+    runs its hold out before the line after the step runs (the journal holds it by then)."""
+    global _HOLD
+    _ctl, w = await first_attempt(backend)
+    held = _Held(backend, 0)
+    after: list[int] = []
+    saved, _HOLD = _HOLD, 0.3   # the hold only delays the commit here
+    try:
+        assert await run(_program(backend, held, after), 2, worker=w, durability="sync") == [0, 1]
+    finally:
+        _HOLD = saved
+    assert held.ran_out, "under sync the step returned before its commit"
+    saver: Any = backend.checkpointer
+    assert not getattr(saver, "flying", None)
+
