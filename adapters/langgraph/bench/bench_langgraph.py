@@ -196,12 +196,16 @@ def _track(saver: BaseCheckpointSaver[Any]) -> Callable[[], Awaitable[float]]:
         functools.update_wrapper(tracked, orig)   # LangGraph inspects aput_writes' signature
         setattr(saver, name, tracked)
 
+    # outlive's steps whose journal write is in flight (``durability="async"``) count as the
+    # saver's writes in flight: they land in their own side's turn.
+    flying: dict[str, Any] = getattr(saver, "flying", {})
+
     async def settle() -> float:
-        if not pending:
+        if not pending and not flying:
             return 0.0
         t0 = time.perf_counter()
-        while pending:
-            await asyncio.wait(list(pending))
+        while pending or flying:
+            await asyncio.wait([*pending, *(t for tasks in flying.values() for t in tasks)])
         return time.perf_counter() - t0
 
     return settle
@@ -341,8 +345,8 @@ class _Loop(TypedDict):
 
 
 async def node_loop(url: str, n: int, rounds: int, d: str, chunk: int,
-                    control: bool = False) -> dict[str, Any]:
-    """A StateGraph whose one node runs N times (one superstep each, ``durability="sync"``):
+                    control: bool = False, durability: Durability = "sync") -> dict[str, Any]:
+    """A StateGraph whose one node runs N times (one superstep each, ``durability`` on both sides):
     the user's plain node vs the same node as ``outlive_node``. ``control``: the plain node on
     a second saver of the user's in outlive's place (raw against raw: the harness's own bias
     and spread, expected 1.00x)."""
@@ -381,16 +385,17 @@ async def node_loop(url: str, n: int, rounds: int, d: str, chunk: int,
             async def raw_round(r: int) -> None:
                 await raw_graph.ainvoke({"i": r * n, "stop": (r + 1) * n},
                                         {**limit, "configurable": {"thread_id": f"raw-{r}"}},
-                                        durability="sync")
+                                        durability=durability)
 
             async def outlive_round(r: int) -> None:
                 config: RunnableConfig = {**limit,
                                           "configurable": {"thread_id": f"outlive-{r}"}}
                 if control:
                     await ours.ainvoke({"i": r * n, "stop": (r + 1) * n}, config,
-                                       durability="sync")
+                                       durability=durability)
                 else:
-                    await run(ours, {"i": r * n, "stop": (r + 1) * n}, worker=w, config=config)
+                    await run(ours, {"i": r * n, "stop": (r + 1) * n}, worker=w, config=config,
+                              durability=durability)
 
             def round_(r: int, a: _Alternation) -> tuple[Callable[[], Awaitable[Any]],
                                                           Callable[[], Awaitable[Any]]]:
@@ -470,11 +475,16 @@ async def sweep_time(url: str) -> dict[str, Any]:
 
 async def _shapes(url: Callable[[str], str], name: str, n: int, rounds: int, chunk: int, d: str,
                   report: dict[str, Any], control: bool) -> None:
-    """The three shapes under ``sync`` on one backend (``url(part)``: a fresh database each)."""
+    """The three shapes under ``sync`` on one backend (``url(part)``: a fresh database each),
+    and the entrypoint and node under ``async`` (LangGraph's default)."""
     entry = await in_entrypoint(url("a"), n, rounds, "sync", d, chunk)
     report[f"in_entrypoint/{name}/sync"] = entry["invocation"]
     report[f"in_entrypoint_per_call/{name}/sync"] = entry["per_call"]
+    entry = await in_entrypoint(url("aa"), n, rounds, "async", d, chunk)
+    report[f"in_entrypoint/{name}/async"] = entry["invocation"]
     report[f"node/{name}/sync"] = await node_loop(url("n"), n, rounds, d, chunk)
+    report[f"node/{name}/async"] = await node_loop(url("na"), n, rounds, d, chunk,
+                                                  durability="async")
     if control:
         report[f"control_node_raw_vs_raw/{name}/sync"] = await node_loop(url("c"), n, rounds, d,
                                                                         chunk, control=True)
