@@ -18,6 +18,10 @@ the process CPU time (``time.process_time``) per call:
   again from the 3,000-entry state; a cost that grows with the journal shows against the row
   above.
 - ``worker._prepare``: the worker keying one step (input hashes, input key, result id).
+- ``codec.dumps entry+head``: what a SQL store encodes for a step (the new journal entry, and
+  the work's head: the state with its collections emptied).
+- ``codec.loads entry``: one journal entry decoded from its stored text (checked as it is
+  decoded): what a store pays per entry when it reads a work, a Temporal workflow per command.
 
 Not part of ``make test``: ``make bench-core-cpu`` runs it. Compare runs side by side on the
 same machine at a similar load (``uptime``); the machine's other work shows in the median.
@@ -45,9 +49,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from outlive import Controller, Worker, open_backend
+from outlive import Controller, Worker, codec, open_backend
 from outlive import ledger as L
 from outlive.records import WorkState
+from outlive.sqlstore import COLLECTIONS
 
 
 def _blocks(run_block: Callable[[int], None], blocks: int, size: int) -> list[float]:
@@ -191,7 +196,26 @@ def _identity(s1: str) -> str:
 
 # -- instructions (callgrind) ---------------------------------------------------------------------
 MEASURES = ("worker.step memory://", "ledger.apply RecordSteps", "checked+reads+apply",
-            "ledger.apply Heartbeat", f"apply RecordSteps @{LONG:,}", "worker._prepare")
+            "ledger.apply Heartbeat", f"apply RecordSteps @{LONG:,}", "worker._prepare",
+            "codec.dumps entry+head", "codec.loads entry")
+
+
+def _codec_runs(state: WorkState, n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``n`` encodings of ``state``'s last entry and head, and ``n`` decodings of the entry."""
+    entry = state.journal[-1]
+    head = replace(state, journal=())
+    text = codec.dumps(entry)
+
+    def dumps() -> None:
+        for _ in range(n):
+            codec.dumps(entry)
+            codec.dumps_blank(head, COLLECTIONS)
+
+    def loads() -> None:
+        for _ in range(n):
+            codec.loads(text)
+
+    return dumps, loads
 
 
 def _measured(run: Callable[[], None]) -> None:
@@ -254,6 +278,9 @@ async def _one(measure: str, n: int) -> None:
         return
     state = await backend.load("w")
     assert state is not None
+    if measure in MEASURES[6:]:
+        _measured(_codec_runs(state, n)[MEASURES.index(measure) - 6])
+        return
     view = replace(state, journal=())
     cmds = []
     for name in names:
@@ -330,6 +357,9 @@ def main() -> None:
     long = asyncio.run(_long_state(worker))
     _show(MEASURES[4], _long_bench(long, worker, args.blocks, args.size))
     _show("worker._prepare", _prepare_bench(worker, args.blocks, args.size))
+    dumps, loads = _codec_runs(state, args.size)
+    _show(MEASURES[6], _blocks(lambda b: dumps(), args.blocks, args.size))
+    _show(MEASURES[7], _blocks(lambda b: loads(), args.blocks, args.size))
 
 
 if __name__ == "__main__":
