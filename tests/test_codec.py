@@ -170,3 +170,81 @@ def test_a_stored_head_is_the_text_of_its_document() -> None:
     doc = codec.loads(text)
     assert set(doc) == {"head", "counts", "rows"} and doc["rows"] == 1
     assert codec.dumps(doc) == text
+
+
+# -- reading: the scanner and the walk's shortcuts give what json.loads and the plain walk give --
+def _walk(value: Any, depth: int = 0) -> Any:
+    """``codec.decode`` as a plain walk (a call per value, leaves included): the reference."""
+    if depth > codec._MAX_NESTING:
+        raise E.InvalidRecord("nested too deep")
+    if isinstance(value, list):
+        return [_walk(v, depth + 1) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "@d" in value:
+        return {k: _walk(v, depth + 1) for k, v in value["@d"].items()}
+    if "@l" in value:
+        return tuple(_walk(v, depth + 1) for v in value["@l"])
+    if "@t" in value:
+        return codec._TYPES[value["@t"]](**{k: _walk(v, depth + 1) for k, v in value["v"].items()})
+    return codec._TYPES[value["@e"]](value["v"])
+
+
+def _read(text: str | bytes) -> Any:
+    try:
+        return codec.loads(text)
+    except E.InvalidRecord:
+        return E.InvalidRecord
+
+
+def _reference(text: str | bytes) -> Any:
+    import json
+    try:
+        return _walk(json.loads(text))
+    except (E.InvalidRecord, ValueError, RecursionError, KeyError, TypeError):
+        return E.InvalidRecord
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 17, MAX_DEPTH + 18, MAX_DEPTH + 19,
+                                   MAX_DEPTH + 20, MAX_DEPTH + 21, MAX_DEPTH + 22])
+@pytest.mark.parametrize("wrap", ["list", "tuple", "dict", "record"])
+@pytest.mark.parametrize("leaf", ["x", 1, None, 1.5, True])
+def test_a_leaf_near_the_nesting_limit_is_read_as_the_plain_walk_reads_it(
+        depth: int, wrap: str, leaf: Any) -> None:
+    """A leaf is taken without a call of its own, except past the limit, where the call refuses
+    it: at every depth around the limit, reading agrees with the plain walk (accepted or not)."""
+    import json
+    tree: Any = leaf
+    for _ in range(depth):
+        tree = {"list": lambda x: [x], "tuple": lambda x: {"@l": [x]}, "dict": lambda x: {"@d": {"k": x}},
+                "record": lambda x: {"@t": "Outcome", "v": {"kind": "k", "record": x, "seq": 0}}}[wrap](tree)
+    text = json.dumps(tree)
+    assert _read(text) == _reference(text)
+    assert _read(text.encode()) == _reference(text.encode())
+
+
+@pytest.mark.parametrize("text", [
+    '{"@l":[1,2]}', ' {"@l":[1,2]}', '{"@l":[1,2]} ', '{"@l":[1,2]}\n', "\ufeff{\"@l\":[1]}", "",
+    " ", "5", "5 6", '"a"', "NaN", "Infinity", "-0", '{"@d":{"a":1,"a":2}}', "[1,]", "{\"@l\":[1]}x",
+    '"\\ud800"', "nul\x00", '{"@t":"Policy","v":{}}', '{"@e":"AttemptState","v":"running"}',
+    "[" * 5000 + "]" * 5000,
+])
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_odd_texts_are_read_as_json_loads_reads_them(text: str, as_bytes: bool) -> None:
+    raw: str | bytes = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    got, expected = _read(raw), _reference(raw)
+    assert got == expected or (got != got and expected != expected)   # NaN is not itself
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xfe{\x00}\x00", "{}".encode("utf-16"), b"\xef\xbb\xbf[1]",
+                                 b"\xed\xa0\x80", b'"\xed\xa0\x80"', b"[1]\xff", b"\x80"])
+def test_odd_bytes_are_read_as_json_loads_reads_them(raw: bytes) -> None:
+    assert _read(raw) == _reference(raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json)
+def test_any_json_like_value_reads_back_as_the_plain_walk_reads_it(value: Any) -> None:
+    for v in (value, L.Outcome(kind="k", record=value)):
+        text = codec.dumps(v)
+        assert codec.loads(text) == _reference(text)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import json.scanner
 import typing
 from enum import Enum
 from typing import Any
@@ -118,6 +119,10 @@ def _deepest(value: Any, depth: int) -> Any:
     raise InvalidRecord(f"cannot encode {type(value).__name__}")
 
 
+#: JSON leaves: what :func:`decode` returns as it is given (below the nesting limit).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def decode(value: Any, _depth: int = 0) -> Any:
     """The value ``encode`` made; :class:`~outlive.errors.InvalidRecord` for anything else."""
     if _depth > _MAX_NESTING:
@@ -126,23 +131,28 @@ def decode(value: Any, _depth: int = 0) -> Any:
         return [decode(v, _depth + 1) for v in value]
     if not isinstance(value, dict):
         return value
+    # A leaf inside is taken as it is, without a call (what the call would return), unless
+    # it sits past the nesting limit, where the call refuses it: most values in a record are.
+    d = _depth + 1
+    leaves = _LEAVES if d <= _MAX_NESTING else ()
     if "@d" in value:
         inner = value["@d"]
         if not isinstance(inner, dict):
             raise InvalidRecord("a tagged mapping that is not a mapping")
-        return {k: decode(v, _depth + 1) for k, v in inner.items()}
+        return {k: v if type(v) in leaves else decode(v, d) for k, v in inner.items()}
     if "@l" in value:
         items = value["@l"]
         if not isinstance(items, list):
             raise InvalidRecord("a tagged tuple that is not a list")
-        return tuple(decode(v, _depth + 1) for v in items)
+        return tuple([v if type(v) in leaves else decode(v, d) for v in items])
     if "@t" in value:
         name = value["@t"]
         cls = _TYPES.get(name) if isinstance(name, str) else None
         if cls is None or not isinstance(value.get("v"), dict):
             raise InvalidRecord(f"unknown or malformed record type {name!r}")
         try:
-            rec = cls(**{k: decode(v, _depth + 1) for k, v in value["v"].items()})
+            rec = cls(**{k: v if type(v) in leaves else decode(v, d)
+                         for k, v in value["v"].items()})
             if cls is not ledger.Outcome:   # an answer carrying any record, not a stored record
                 check_fields(rec)
         except TypeError as exc:
@@ -338,9 +348,27 @@ def _compile_text(t: type, blank: tuple[str, ...] = ()) -> Any:
     return scope["text"]
 
 
+#: json's own scanner (its C one where there is one), called directly: ``json.loads`` reaches it
+#: through three Python frames and two regular-expression matches for whitespace.
+_SCAN: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
 def loads(text: str | bytes) -> Any:
-    try:
-        raw = json.loads(text)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidRecord(f"corrupt record: {type(exc).__name__}: {str(exc)[:200]}") from exc
+    """The value :func:`dumps` wrote as ``text`` (UTF-8 bytes or a string)."""
+    raw: Any = _NONE
+    try:   # the text as dumps writes it, read by the scanner; anything else by json.loads
+        string = text if type(text) is str else text.decode("utf-8")   # type: ignore[union-attr]
+        got, end = _SCAN(string, 0)
+        if end == len(string):
+            raw = got
+    except (StopIteration, ValueError, AttributeError, RecursionError):
+        pass
+    if raw is _NONE:
+        try:
+            raw = json.loads(text)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise InvalidRecord(f"corrupt record: {type(exc).__name__}: {str(exc)[:200]}") from exc
     return decode(raw)
+
+
+_NONE = object()
