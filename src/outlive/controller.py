@@ -107,21 +107,23 @@ class Controller:
                     lambda self, att, *a, **kw: {"attempt": att.number, "token": att.token,
                                                  "version": att.pinned_version})
     async def admit(self, work_id: str, *, pin: str | None = None,
-                    request_id: str | None = None, keyed: bool = True) -> Attempt:
+                    request_id: str | None = None, keyed: bool = True,
+                    runner: str | None = None) -> Attempt:
         """Write the attempt record and publish its epoch; dispatch only after this returns.
 
         The returned attempt carries the secret part of its token (the ledger keeps only its
         hash): hand it to exactly one worker. Retrying with the same ``request_id`` from a
         restarted controller re-issues the secret while no worker has claimed the attempt, and
         is refused (:class:`~outlive.errors.AttemptActive`) once one has. ``keyed=False`` admits
-        by the epoch alone, for a runner that cannot be handed the secret.
+        by the epoch alone, for a runner that cannot be handed the secret. ``runner`` names the
+        process that will run it (``Attempt.runner``), so its death can be told from silence.
         """
         secret = secrets.token_hex(16) if keyed else None
         out = await _observe.execute(
             self.backend, work_id,
             L.Admit(at=self.clock(), pin=pin, request_id=request_id,
                     key_hash=L.key_hash(secret) if secret is not None else None,
-                    credential=self._credential))
+                    credential=self._credential, runner=runner))
         rec: Attempt = replace(out.record, secret=secret)
         return rec
 

@@ -148,6 +148,8 @@ class Admit:
     #: attempt admitted without one is fenced by its epoch alone.
     key_hash: str | None = None
     credential: str | None = field(default=None, repr=False)
+    #: The runtime process that will run the attempt (see ``Attempt.runner``); None otherwise.
+    runner: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1071,7 +1073,7 @@ def _admit(state: WorkState, cmd: Admit, now: int | None) -> tuple[WorkState, Ou
     att = Attempt(
         work_id=state.work_id, number=len(state.attempts) + 1, token=epoch, pinned_version=pin,
         state=AttemptState.ADMITTED, admitted_at=cmd.at, last_heartbeat=cmd.at,
-        request_id=cmd.request_id, key_hash=cmd.key_hash,
+        request_id=cmd.request_id, key_hash=cmd.key_hash, runner=cmd.runner,
     )
     new = evolve(state, epoch=epoch, seq=seq, attempts=(*state.attempts, att))
     return new, Outcome(kind="admitted", record=att, seq=seq)

@@ -138,6 +138,10 @@ class Attempt:
     secret: str | None = field(default=None, repr=False, compare=False)
     #: The error a ``failed`` attempt reported.
     error: AttemptError | None = None
+    #: The runtime process that admitted and runs it, when one did (``Admit.runner``): a backend
+    #: that can tell that process's death from its silence lets a successor in without waiting
+    #: out the lease (:meth:`outlive.backend.Backend.runner_gone`).
+    runner: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
