@@ -166,3 +166,19 @@ async def paced(ctx: outlive.AttemptContext) -> None:
 # a lease a starved event loop on a loaded machine still renews (two runtimes share the CPU)
 RECOVER = _kind("recover", paced, concurrency=50,
                 lease=Lease(heartbeat_interval=700, missed_beats=3, start_grace=3_000))
+
+
+GATE = os.environ.get("OUTLIVE_TEST_GATE", "")
+
+
+async def gated(ctx: outlive.AttemptContext) -> None:
+    """The small work, held at its start while the gate file exists (a kill finds it running)."""
+    while GATE and os.path.exists(GATE):
+        await asyncio.sleep(0.02)
+    await small(ctx)
+
+
+#: A lease far longer than the tests wait: a successor admitted sooner found its runner gone.
+HELD = _kind("held", gated, lease=Lease(heartbeat_interval=10_000, missed_beats=6,
+                                        start_grace=10_000))
+HELD_SHORT = _kind("held_short", gated)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import runtime_kinds as K
-from test_runtime_processes import _serve, _stop
+from test_runtime_processes import _all_running, _serve, _stop, _taken_over_early
 
 from outlive import Runtime
 
@@ -62,3 +62,64 @@ async def test_two_runtimes_share_postgres_and_one_is_killed(pg_cluster: Any,
         keys = [k for (k,) in conn.execute("SELECT op_key FROM posts")]
     assert len(keys) == n and len(set(keys)) == n
     assert any(len(st.attempts) > 1 for st in states)   # the survivor took some over
+
+
+async def test_a_survivor_takes_over_a_killed_runtimes_attempts_when_it_dies(
+        pg_cluster: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """Two runtimes; one SIGKILLed with attempts running: the other hears of its end (its
+    advisory lock is granted the moment its session ends) and takes them over at once, not
+    after their lease (a minute here)."""
+    url = _db(pg_cluster)
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
+    ids = [f"k/{i}" for i in range(8)]
+    a = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+    b = None
+    try:
+        async with Runtime(url, [], supervise=False, report_errors=False) as client:
+            for w in ids:
+                await client.start("held", w, "v1", K.parts_for("v1"))
+            await _all_running(client, ids)   # all on a: b is not serving yet
+            b = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+            await asyncio.sleep(2.0)   # b has seen them running under a live runner
+            a.send_signal(signal.SIGKILL)
+            a.wait()
+            gate.unlink()
+            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 50)
+            states = [(await client.handle(w).state()).state for w in ids]
+    finally:
+        _stop(a, b)
+    _taken_over_early(states, K.HELD.lease.timeout)
+
+
+async def test_a_paused_runtimes_attempts_wait_out_their_lease(
+        pg_cluster: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """A paused runtime is silent, not dead (its session and lock live on): the other runtime
+    takes its attempts over only after their lease ran out."""
+    url = _db(pg_cluster)
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
+    ids = [f"p/{i}" for i in range(4)]
+    a = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD_SHORT")
+    b = None
+    try:
+        async with Runtime(url, [], supervise=False, report_errors=False) as client:
+            for w in ids:
+                await client.start("held_short", w, "v1", K.parts_for("v1"))
+            await _all_running(client, ids)
+            a.send_signal(signal.SIGSTOP)
+            gate.unlink()
+            b = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD_SHORT")
+            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 60)
+            states = [(await client.handle(w).state()).state for w in ids]
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+        _stop(a, b)
+    lease = K.HELD_SHORT.lease.timeout
+    for st in states:
+        first, second = st.attempts[0], st.attempts[1]
+        assert second.admitted_at >= first.last_heartbeat + lease, st.work_id
+        assert len(st.acceptances) == 1

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import runtime_kinds as K
 
@@ -122,3 +123,53 @@ def test_inspect_shows_the_attempts_errors_and_the_works_failure(tmp_path: Path,
     out = capsys.readouterr().out   # type: ignore[attr-defined]
     assert "FAILED: NonRetryable: the ticket was deleted" in out
     assert "raised NonRetryable: the ticket was deleted  (not retryable)" in out
+
+
+async def _all_running(client: Runtime, ids: list[str]) -> list[Any]:
+    """Wait until each work's attempt is claimed (running), and return the states."""
+    for _ in range(3000):
+        states = [(await client.handle(w).state()).state for w in ids]
+        if all(st.current_attempt is not None and st.current_attempt.signs > 0
+               and st.current_attempt.state.value == "running" for st in states):
+            return states
+        await asyncio.sleep(0.02)
+    raise AssertionError("the attempts never all ran")
+
+
+def _taken_over_early(states: list[Any], lease_ms: int) -> None:
+    """Each work completed with a successor admitted before its predecessor's lease ran out:
+    the successor's runtime found the first runner dead, it did not wait for silence."""
+    for st in states:
+        first, *rest = st.attempts
+        assert rest, f"{st.work_id}: no successor"
+        assert first.runner is not None and rest[0].runner not in (None, first.runner)
+        assert rest[0].admitted_at < first.last_heartbeat + lease_ms, (
+            st.work_id, rest[0].admitted_at - first.last_heartbeat)
+        assert len(st.acceptances) == 1
+
+
+async def test_a_restarted_runtime_takes_over_its_dead_predecessors_attempts_at_once(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A runtime SIGKILLed with attempts running, started again: the attempts are taken over as
+    soon as it starts, not after their lease (a minute here), as DBOS recovers at launch."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
+    ids = [f"h/{i}" for i in range(6)]
+    first = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+    second = None
+    try:
+        async with Runtime(url, [], supervise=False, report_errors=False) as client:
+            for w in ids:
+                await client.start("held", w, "v1", K.parts_for("v1"))
+            await _all_running(client, ids)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            gate.unlink()
+            second = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 50)
+            states = [(await client.handle(w).state()).state for w in ids]
+    finally:
+        _stop(first, second)
+    _taken_over_early(states, K.HELD.lease.timeout)

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
+import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
@@ -39,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 
-from .backend import Backend, url_options
+from .backend import Backend, url_options, valid_runner
 from .errors import BackendUnavailable, ConfigError
 from .ledger import Command, Outcome
 from .records import WorkState
@@ -209,6 +211,13 @@ class _ClockAhead(Exception):
 
 #: The channel a runtime's events go through (``LISTEN/NOTIFY``).
 _CHANNEL = "outlive_events"
+#: The first key of a runner's advisory lock ("outl"); the second is from its id.
+_RUNNER_NS = 0x6F75746C
+
+
+def _runner_key(runner: str) -> int:
+    """31 bits of the runner id's hash: a collision can only make a dead runner look alive."""
+    return int.from_bytes(hashlib.sha256(runner.encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
 class PostgresLedger:
@@ -237,6 +246,8 @@ class PostgresLedger:
         #: Requests waiting for the next batch (group commit), and the batches under way.
         self._queued: list[tuple[Request, asyncio.Future[Any]]] = []
         self._senders = 0
+        #: The connections holding runners' advisory locks (:meth:`hold_runner`).
+        self._runners: dict[str, psycopg.AsyncConnection[Any]] = {}
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         settings = (f"-c lock_timeout={self.options['lock_timeout']} "
@@ -561,6 +572,55 @@ class PostgresLedger:
         except psycopg.Error as exc:
             raise BackendUnavailable(f"{self.url}: {exc}", url=self.url) from exc
 
+    async def hold_runner(self, runner: str) -> bool:
+        """A session advisory lock on a connection of its own: the server drops it when the
+        session ends, and a process that ends, however it ends, ends its sessions (a paused
+        one keeps them)."""
+        if not valid_runner(runner):
+            return False
+        conn = await self._connect()
+        await conn.execute("SELECT pg_advisory_lock(%s, %s)", (_RUNNER_NS, _runner_key(runner)))
+        self._runners[runner] = conn
+        return True
+
+    async def release_runner(self, runner: str) -> None:
+        conn = self._runners.pop(runner, None)
+        if conn is not None:
+            with contextlib.suppress(ValueError):
+                self._all.remove(conn)
+            await conn.close()
+
+    async def runner_gone(self, runner: str) -> bool:
+        if not valid_runner(runner):
+            return False
+        try:
+            rows = await self._query(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+                "AND classid = %s::oid AND objid = %s::oid",
+                (_RUNNER_NS, _runner_key(runner)))
+        except psycopg.Error:
+            return False   # cannot tell: the lease decides
+        return int(rows[0][0]) == 0
+
+    async def watch_runner(self, runner: str) -> bool:
+        """Wait for the runner's advisory lock on a connection of its own: the server grants it
+        the moment the holder's session ends (no poll), then it is let go at once."""
+        if not valid_runner(runner):
+            return False
+        conn = await self._connect()
+        try:
+            await conn.execute("SET lock_timeout = 0")
+            await conn.execute("SELECT pg_advisory_lock(%s, %s)",
+                               (_RUNNER_NS, _runner_key(runner)))
+            await conn.execute("SELECT pg_advisory_unlock(%s, %s)",
+                               (_RUNNER_NS, _runner_key(runner)))
+        finally:
+            with contextlib.suppress(ValueError):
+                self._all.remove(conn)
+            with contextlib.suppress(Exception):
+                await conn.close()
+        return True
+
     async def listen(self) -> AsyncIterator[str]:
         """A connection of its own that LISTENs; closed with the ledger."""
         conn = await self._connect()
@@ -570,6 +630,7 @@ class PostgresLedger:
 
     async def close(self) -> None:
         conns, self._all, self._idle = self._all, [], None
+        self._runners.clear()
         self._cursors.clear()
         for conn in conns:
             await conn.close()
@@ -603,6 +664,18 @@ class PostgresBackend(Backend):
 
     def listen(self) -> AsyncIterator[str]:
         return self.ledger.listen()
+
+    async def hold_runner(self, runner: str) -> bool:
+        return await self.ledger.hold_runner(runner)
+
+    async def release_runner(self, runner: str) -> None:
+        await self.ledger.release_runner(runner)
+
+    async def runner_gone(self, runner: str) -> bool:
+        return await self.ledger.runner_gone(runner)
+
+    async def watch_runner(self, runner: str) -> bool:
+        return await self.ledger.watch_runner(runner)
 
     @property
     def busy_retries(self) -> int:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import fcntl
 import functools
 import os
 import socket
@@ -28,7 +30,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .backend import Backend, url_options
+from .backend import Backend, url_options, valid_runner
 from .errors import BackendUnavailable, ConfigError, InvalidRecord, OutliveError
 from .ledger import Command, Outcome
 from .records import WorkState
@@ -363,6 +365,8 @@ class SqliteBackend(Backend):
         #: The connection, for the writer thread's group commits (set once it is open).
         self._conn_box: list[sqlite3.Connection | None] = [None]
         self._thread: _Writer | None = None
+        #: Runner files this backend holds locked (:meth:`hold_runner`), by runner.
+        self._held: dict[str, int] = {}
         #: Seconds to wait for another process's write lock before BackendUnavailable.
         self.lock_timeout = 30.0
         self.ledger = SqliteLedgerStore(self.path, lock_timeout=self.lock_timeout,
@@ -462,7 +466,70 @@ class SqliteBackend(Backend):
         """Times a write waited because another process held the write lock."""
         return self.ledger.busy_retries
 
+    def _runner_file(self, runner: str) -> str:
+        return os.path.join(f"{os.path.abspath(self.path)}.runners", runner)
+
+    async def hold_runner(self, runner: str) -> bool:
+        """A file per runner beside the database, ``flock``ed while the process lives: the
+        kernel drops the lock when the process ends, however it ends (a paused one keeps it)."""
+        if self.read_only or not valid_runner(runner):
+            return False
+        path = self._runner_file(runner)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._held[runner] = fd
+        return True
+
+    async def release_runner(self, runner: str) -> None:
+        fd = self._held.pop(runner, None)
+        if fd is not None:
+            os.close(fd)
+
+    async def runner_gone(self, runner: str) -> bool:
+        """Its file unlocked (then removed) or already removed by another who found it so."""
+        if not valid_runner(runner):
+            return False
+        path = self._runner_file(runner)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            # Only a runner that held its file stamps its attempts, and only one who found the
+            # file unlocked removes it.
+            return os.path.isdir(os.path.dirname(path))
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False   # held: alive (or paused, which is silence, not death)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return True
+        finally:
+            os.close(fd)
+
+    async def watch_runner(self, runner: str) -> bool:
+        """A test of the runner's file lock every 0.1 s (a lock syscall, no database read): an
+        embedded file has no channel to carry a process's end."""
+        if not valid_runner(runner):
+            return False
+        while not await self.runner_gone(runner):
+            await asyncio.sleep(0.1)
+        return True
+
     async def close(self) -> None:
+        held, self._held = self._held, {}
+        for fd in held.values():   # a runner that ends cleanly is gone too: its attempts ended
+            os.close(fd)
         if self._conn is not None and self._thread is not None:
             conn, self._conn = self._conn, None
             self._conn_box[0] = None

@@ -111,6 +111,27 @@ class Backend(abc.ABC):
         """What :meth:`notify` sent, from any process, as it arrives (when :attr:`listens`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot listen")
 
+    async def hold_runner(self, runner: str) -> bool:
+        """Hold ``runner`` (a runtime process's id) alive on this backend until :meth:`close` or
+        the process's end, however it ends, so other processes can tell its death from its
+        silence (:meth:`runner_gone`). False where the backend cannot: the lease decides."""
+        return False
+
+    async def release_runner(self, runner: str) -> None:
+        """Stop holding ``runner`` (its runtime closed: its attempts run no more)."""
+
+    async def runner_gone(self, runner: str) -> bool:
+        """True only when the process that held ``runner`` is known to have ended: its attempts
+        can write nothing more (a dead process holds no connection, no lock), so a successor
+        need not wait out their lease. False when it is alive, paused, or cannot be told."""
+        return False
+
+    async def watch_runner(self, runner: str) -> bool:
+        """Return True once ``runner`` is gone (see :meth:`runner_gone`); False at once where
+        the backend cannot tell, so a runtime takes a dead runtime's attempts over as soon as it
+        ends rather than at their lease."""
+        return False
+
     async def run_step(self, call: StepCall, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run one step's body. Engines override this to run it as their own durable step."""
         return await fn()
@@ -153,6 +174,12 @@ class Backend(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def valid_runner(runner: str) -> bool:
+    """A runner id the backends can key a file or a lock by (the runtime's are uuid hex)."""
+    return 0 < len(runner) <= 64 and all(c.isalnum() or c in "-_" for c in runner) \
+        and runner.isascii()
 
 
 def can_list(backend: Backend) -> bool:

@@ -317,6 +317,17 @@ class Runtime:
         self.supervise = supervise
         self.discover = discover
         self.name = name or f"runtime-{uuid.uuid4().hex[:8]}"
+        #: This runtime's id on the backend while it is open, stamped on the attempts it admits
+        #: (``Attempt.runner``) when the backend can hold it: another runtime that finds it gone
+        #: (this process ended, however) takes those attempts over without waiting out a lease.
+        self.runner = uuid.uuid4().hex
+        self._holds_runner = False
+        #: Runners found gone (for good), and the checks under way (shared by the passes).
+        self._gone: set[str] = set()
+        self._checks: dict[str, asyncio.Future[bool]] = {}
+        #: Works whose attempt runs under another live runner, by runner (each watched once).
+        self._watched: dict[str, set[str]] = {}
+        self._unwatchable: set[str] = set()
         self._works: dict[str, _Work] = {}
         #: Works to pass over: urgent ones (a verdict awaited) in arrival order, then the rest
         #: by the order they were first seen (a heap; ``_todo_ids`` says which are still due).
@@ -365,6 +376,7 @@ class Runtime:
                                                  name=f"outlive:{self.name}:listen")
         if not self.supervise:
             return
+        self._holds_runner = await self.backend.hold_runner(self.runner)
         self._scheduler = asyncio.create_task(self._schedule(), name=f"outlive:{self.name}")
         # Recovery reads every work the backend holds: in the background, so a runtime serves
         # new works at once and one unreadable work holds up nothing.
@@ -396,6 +408,10 @@ class Runtime:
                     fut.cancel()
         if self._handler is not None:
             logging.getLogger("outlive.runtime").removeHandler(self._handler)
+        if self._holds_runner and self.backend is not None:
+            self._holds_runner = False
+            with contextlib.suppress(Exception):   # closing: the backend's close drops it anyway
+                await self.backend.release_runner(self.runner)
         if self._url is not None and self.backend is not None:
             await self.backend.close()
 
@@ -829,10 +845,15 @@ class Runtime:
             if alive_here and cur.state is not AttemptState.WAITING:
                 return   # running here: its end is an event, its lease needs no timer
             lease = kind.lease
+            gone = (here and not alive_here) or (
+                not here and cur.runner is not None and cur.runner != self.runner
+                and await self._runner_gone(cur.runner))
             why = L.suspicion(cur, self.clock(), timeout=lease.timeout,
                               start_grace=lease.start_grace, wait_limit=lease.wait_limit,
-                              runner_gone=here and not alive_here)
+                              runner_gone=gone)
             if why is None:
+                if not here and cur.runner is not None and cur.runner != self.runner:
+                    self._watch_runner(cur.runner, w.work_id)
                 due = L.suspect_at(cur, timeout=lease.timeout, start_grace=lease.start_grace,
                                    wait_limit=lease.wait_limit)
                 if due is not None:
@@ -887,7 +908,8 @@ class Runtime:
         if not self._take_slot(w):
             return
         try:
-            att = await ctl.admit(w.work_id, request_id=uuid.uuid4().hex)
+            att = await ctl.admit(w.work_id, request_id=uuid.uuid4().hex,
+                                  runner=self.runner if self._holds_runner else None)
         except AttemptActive:
             self._free_slot(w)
             st = await self._load(w.work_id)
@@ -901,6 +923,51 @@ class Runtime:
         w.running = att.number
         w.task = asyncio.create_task(self._run(w, att),
                                      name=f"outlive:{w.work_id}#{att.number}")
+
+    async def _runner_gone(self, runner: str) -> bool:
+        """Whether the runtime that runs an attempt is known to have ended (one check at a time
+        per runner, shared by the passes that ask; a runner found gone stays gone)."""
+        if runner in self._gone:
+            return True
+        check = self._checks.get(runner)
+        if check is None:
+            check = self._checks[runner] = asyncio.ensure_future(
+                self._backend.runner_gone(runner))
+            check.add_done_callback(lambda _: self._checks.pop(runner, None))
+        try:
+            gone = await asyncio.shield(check)
+        except Exception:   # cannot tell: the lease decides
+            return False
+        if gone:
+            self._gone.add(runner)
+        return gone
+
+    def _watch_runner(self, runner: str, work_id: str) -> None:
+        """Pass over ``work_id`` again the moment ``runner`` ends (where the backend can tell)."""
+        if runner in self._unwatchable:
+            return
+        works = self._watched.get(runner)
+        if works is not None:
+            works.add(work_id)
+            return
+        self._watched[runner] = {work_id}
+
+        async def watch() -> None:
+            try:
+                gone = await self._backend.watch_runner(runner)
+            except Exception as exc:   # cannot tell: the leases decide
+                log.debug("cannot watch runner %s (%s: %s)", runner, type(exc).__name__, exc)
+                gone = False
+            works = self._watched.pop(runner, set())
+            if not gone:
+                self._unwatchable.add(runner)
+            else:
+                self._gone.add(runner)
+                for wid in works:
+                    self._wake(wid)
+        task = asyncio.create_task(watch(), name=f"outlive:{self.name}:runner:{runner[:8]}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _mark_unknown(self, w: _Work, att: Attempt, *, cas: bool = True) -> L.Outcome:
         return await _observe.execute(self._backend, w.work_id,
