@@ -182,3 +182,5 @@ async def gated(ctx: outlive.AttemptContext) -> None:
 HELD = _kind("held", gated, lease=Lease(heartbeat_interval=10_000, missed_beats=6,
                                         start_grace=10_000))
 HELD_SHORT = _kind("held_short", gated)
+#: At most 40 running per runtime: two runtimes share 80 works between them.
+HELD_SHARED = _kind("held_shared", gated, concurrency=40)

@@ -32,30 +32,37 @@ async def test_one_runtime_on_postgres_runs_works_a_client_started(pg_cluster: A
     assert [d.acceptance.version for d in done] == ["v1"] * 10
 
 
-async def test_two_runtimes_share_postgres_and_one_is_killed(pg_cluster: Any,
-                                                              tmp_path: Path) -> None:
+async def test_two_runtimes_share_postgres_and_one_is_killed(pg_cluster: Any, tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
     url = _db(pg_cluster)
     receiver = tmp_path / "receiver.db"
+    gate = tmp_path / "gate"   # the works are held running until both runtimes run some
+    gate.touch()
+    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
     n = 80
-    a = _serve(url, receiver, "runtime_kinds:RECOVER")
-    b = _serve(url, receiver, "runtime_kinds:RECOVER")
+    a = _serve(url, receiver, "runtime_kinds:HELD_SHARED")
+    b = _serve(url, receiver, "runtime_kinds:HELD_SHARED")
     try:
         async with Runtime(url, [], supervise=False, report_errors=False) as client:
-            await asyncio.sleep(1.0)   # both listening
             for i in range(n):
-                await client.start("recover", f"two/{i}", "v1", K.parts_for("v1"))
-            for _ in range(3000):   # until the first is done: the rest are in flight
-                if (await client.handle("two/0").state()).status == "completed":
+                await client.start("held_shared", f"two/{i}", "v1", K.parts_for("v1"))
+            for _ in range(3000):   # both runtimes run attempts (the ledger says which)
+                seen = await asyncio.gather(*(client.handle(f"two/{i}").state()
+                                              for i in range(n)))
+                runners = {s.state.current_attempt.runner for s in seen
+                           if s.state.current_attempt is not None}
+                if len(runners - {None}) == 2:
                     break
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)
             a.send_signal(signal.SIGKILL)
             a.wait()
-            assert len(await client.works(state="completed", kind="recover")) < n
+            gate.unlink()
             results = await asyncio.wait_for(asyncio.gather(
                 *(client.handle(f"two/{i}").result() for i in range(n))), 120)
             states = [(await client.handle(f"two/{i}").state()).state for i in range(n)]
     finally:
         _stop(a, b)
+    assert len(runners - {None}) == 2, "one runtime ran every attempt"
     assert len(results) == n
     assert all(len(st.acceptances) == 1 for st in states)
     with sqlite3.connect(receiver) as conn:

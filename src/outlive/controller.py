@@ -108,7 +108,7 @@ class Controller:
                                                  "version": att.pinned_version})
     async def admit(self, work_id: str, *, pin: str | None = None,
                     request_id: str | None = None, keyed: bool = True,
-                    runner: str | None = None) -> Attempt:
+                    runner: str | None = None, claimed: bool = False) -> Attempt:
         """Write the attempt record and publish its epoch; dispatch only after this returns.
 
         The returned attempt carries the secret part of its token (the ledger keeps only its
@@ -117,15 +117,23 @@ class Controller:
         is refused (:class:`~outlive.errors.AttemptActive`) once one has. ``keyed=False`` admits
         by the epoch alone, for a runner that cannot be handed the secret. ``runner`` names the
         process that will run it (``Attempt.runner``), so its death can be told from silence.
+        ``claimed``: the caller runs the attempt itself (its worker starts with ``claim=False``).
         """
+        att, _seq = await self._admit(work_id, pin=pin, request_id=request_id, keyed=keyed,
+                                      runner=runner, claimed=claimed)
+        return att
+
+    async def _admit(self, work_id: str, *, pin: str | None, request_id: str | None,
+                     keyed: bool, runner: str | None, claimed: bool) -> tuple[Attempt, int]:
+        """:meth:`admit`, with the ledger's sequence number after the admission."""
         secret = secrets.token_hex(16) if keyed else None
         out = await _observe.execute(
             self.backend, work_id,
             L.Admit(at=self.clock(), pin=pin, request_id=request_id,
                     key_hash=L.key_hash(secret) if secret is not None else None,
-                    credential=self._credential, runner=runner))
+                    credential=self._credential, runner=runner, claimed=claimed))
         rec: Attempt = replace(out.record, secret=secret)
-        return rec
+        return rec, out.seq
 
     async def state(self, work_id: str) -> WorkState:
         st = await self.backend.load(work_id)

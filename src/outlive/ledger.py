@@ -150,6 +150,9 @@ class Admit:
     credential: str | None = field(default=None, repr=False)
     #: The runtime process that will run the attempt (see ``Attempt.runner``); None otherwise.
     runner: str | None = None
+    #: The admitter runs the attempt itself and hands its token to no one: the admission is
+    #: also the claim (the attempt is ``running``, its lease runs from now), saving a write.
+    claimed: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1075,6 +1078,8 @@ def _admit(state: WorkState, cmd: Admit, now: int | None) -> tuple[WorkState, Ou
         state=AttemptState.ADMITTED, admitted_at=cmd.at, last_heartbeat=cmd.at,
         request_id=cmd.request_id, key_hash=cmd.key_hash, runner=cmd.runner,
     )
+    if cmd.claimed:
+        att = _alive(att, _when(cmd.at, now))
     new = evolve(state, epoch=epoch, seq=seq, attempts=(*state.attempts, att))
     return new, Outcome(kind="admitted", record=att, seq=seq)
 

@@ -545,13 +545,20 @@ class Runtime:
         if w is None:
             st = await self._load(work_id)
             kind = self.kinds.get(st.kind or "")
+            done = self._ended(st, kind)   # ended already (or failed: raised): no pass needed
+            if done is not None:
+                return done
             if kind is not None and self.supervise and not self._closing:
                 w = self._watch(work_id, kind)
                 self._wake(work_id)
         if w is not None:
             fut: asyncio.Future[Completed] = asyncio.get_running_loop().create_future()
             w.results.append(fut)
-            self._wake(work_id)
+            # A pass settles it. One is due already, or the attempt running here wakes one when
+            # it ends; otherwise (an attempt elsewhere, a work ended meanwhile) one is needed.
+            running = w.task is not None and not w.task.done()
+            if not running and work_id not in self._todo_ids and work_id not in self._urgent:
+                self._wake(work_id)
             return await fut
         # A work this runtime does not supervise (a runtime serving its kind runs it): its end
         # is announced where the backend listens (PostgreSQL), else a short poll follows it.
@@ -908,8 +915,11 @@ class Runtime:
         if not self._take_slot(w):
             return
         try:
-            att = await ctl.admit(w.work_id, request_id=uuid.uuid4().hex,
-                                  runner=self.runner if self._holds_runner else None)
+            # The admission is the claim: this runtime runs the attempt and hands its token to
+            # no one else. Nothing else written since the read: the worker starts from it.
+            att, seq = await ctl._admit(w.work_id, pin=None, request_id=uuid.uuid4().hex,
+                                        keyed=True, claimed=True,
+                                        runner=self.runner if self._holds_runner else None)
         except AttemptActive:
             self._free_slot(w)
             st = await self._load(w.work_id)
@@ -921,7 +931,7 @@ class Runtime:
             self._free_slot(w)
             raise
         w.running = att.number
-        w.task = asyncio.create_task(self._run(w, att),
+        w.task = asyncio.create_task(self._run(w, att, st if seq == st.seq + 1 else None),
                                      name=f"outlive:{w.work_id}#{att.number}")
 
     async def _runner_gone(self, runner: str) -> bool:
@@ -1064,8 +1074,9 @@ class Runtime:
         loaded = await _maybe(resolve(w.kind.inputs)(version))
         return dict(loaded)
 
-    async def _run(self, w: _Work, att: Attempt) -> None:
-        """Run one admitted attempt in this process; its end is an event for the scheduler."""
+    async def _run(self, w: _Work, att: Attempt, read: WorkState | None = None) -> None:
+        """Run one attempt admitted (and claimed) here; its end is an event for the scheduler.
+        ``read``: the work as read just before the admission, nothing else written since."""
         worker: Worker | None = None
         try:
             inputs = await self._inputs(w, att.pinned_version)
@@ -1073,9 +1084,10 @@ class Runtime:
             worker = Worker(self._backend, att, inputs, persist=w.kind.persist, clock=self.clock)
             worker.sync_in_thread = w.kind.sync_steps == "thread"
             worker.on_wait = functools.partial(self._wake, w.work_id)   # times a wait limit
-            await worker.start()
+            await worker.start(claim=False, state=read)
+            worker.last_sign = att.last_heartbeat
             ctx = _Context(self, worker, w.kind, inputs)
-            # start() claimed the attempt just now: that is its sign of life
+            # the admission claimed the attempt just now: that is its sign of life
             async with worker.renewing(w.kind.lease.heartbeat_interval, at_once=False):
                 await _maybe(fn(ctx))
                 if await worker.parked():   # waits on a person: whoever answers carries it on

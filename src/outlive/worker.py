@@ -250,7 +250,7 @@ class Worker:
     def token(self) -> int:
         return self.attempt.token
 
-    async def start(self, *, claim: bool = True) -> WorkState:
+    async def start(self, *, claim: bool = True, state: WorkState | None = None) -> WorkState:
         """Read the journal, check the snapshot is the pinned version, then claim the attempt.
 
         The claim is the attempt's first sign of life; a second worker given the same attempt
@@ -258,9 +258,12 @@ class Worker:
         live worker. Raises :class:`~outlive.errors.StaleOwner` if a successor already holds
         the epoch (with fencing on) and :class:`~outlive.errors.AttemptEnded` if the attempt
         was stopped or finished. ``claim=False`` is for the worker that already claimed the
-        attempt and reconnects (a new connection after a lost one): it reads and checks only.
+        attempt and reconnects (a new connection after a lost one), or for one admitted already
+        claimed (``Admit.claimed``): it reads and checks only. ``state``, with ``claim=False``,
+        spares the read: the work as read just before the attempt's admission, when nothing but
+        the admission was written since (its journal, inputs and effects are the current ones).
         """
-        st = await self.backend.load(self.work_id)
+        st = state if state is not None and not claim else await self.backend.load(self.work_id)
         if st is None:
             raise NotFound(f"work {self.work_id!r} is not open", work_id=self.work_id)
         self._state = st
