@@ -468,10 +468,14 @@ class OwnedBackend(HandlerBackend):
             # the ledger sees the entries the command names and the last one, as the ledger's
             # handler does: a step costs the same at entry 10 and at entry 10,000
             n = len(self._journal)
-            picked = sorted({self._index[r] for r in L.reads(view.state, cmd) if r in self._index}
-                            | ({n - 1} if n else set()))
-            view = _View(n, evolve(view.state, journal=tuple(self._journal[i] for i in picked)),
-                         view.stamps)
+            index = self._index
+            named = [index[r] for r in L.reads(view.state, cmd) if r in index]
+            if named:
+                picked = sorted({*named, n - 1})
+                journal = tuple(self._journal[i] for i in picked)
+            else:   # a new step's write: it names no entry journaled; the last one alone
+                journal = (self._journal[-1],) if n else ()
+            view = _View(n, evolve(view.state, journal=journal), view.stamps)
         state = view.state if view is not None else None
         # the store's clock is the invocation's journaled time (a step's end, or ctx.time()):
         # a replay applies with the same one
