@@ -362,8 +362,11 @@ async def test_a_batch_with_a_failing_statement_lands_each_command_alone(
             await b.execute(f"w{i}", L.OpenWork(policy=outlive.Policy()))
         await holder.execute("SELECT 1 FROM outlive_works WHERE work_id = 'w7' FOR UPDATE")
 
-        async def release() -> None:
-            await asyncio.sleep(0.5)
+        async def release() -> None:   # once w7, alone after the batch, waited for the row
+            for _ in range(1000):
+                if b.busy_retries:
+                    break
+                await asyncio.sleep(0.01)
             await holder.rollback()
         releasing = asyncio.ensure_future(release())
         outs = await asyncio.gather(*(b.execute(f"w{i}", L.PublishInput(

@@ -567,8 +567,10 @@ class PostgresLedger:
         return [str(r[0]) for r in rows]
 
     async def notify(self, message: str) -> None:
+        """Sent with the batch under way (a notification is delivered when its transaction
+        commits, so listeners hear of nothing the batch then rolls back), not a round trip."""
         try:
-            await self._query("SELECT pg_notify(%s, %s)", (_CHANNEL, message))
+            await self._request(Read("SELECT pg_notify(%s, %s)", (_CHANNEL, message)))
         except psycopg.Error as exc:
             raise BackendUnavailable(f"{self.url}: {exc}", url=self.url) from exc
 
