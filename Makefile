@@ -12,7 +12,7 @@ PKGS := -e ".[dev,otel,postgres,docs]" -e conformance -e "adapters/temporal[devs
 	-e "adapters/agents[langgraph,pydantic-ai,openai-agents]"
 CONSTRAINTS := -c constraints.txt --build-constraint constraints.txt
 
-.PHONY: install demo test lint typecheck bench bench-core-cpu bench-runtime sweep crashpoints engines clean dist constraints
+.PHONY: install demo test test-long lint typecheck bench bench-core-cpu bench-runtime sweep crashpoints engines clean dist constraints
 
 install: $(STAMP)
 
@@ -74,8 +74,13 @@ engines: install $(ENGINE_TARGETS)
 demo: install
 	$(VENV)/bin/outlive demo
 
+# The whole suite but the tests marked `long` (the SQLite and PostgreSQL 864-run sweeps, a
+# second story's sweep, the thousand 20 KB Temporal steps): those run in `make test-long`.
 test: engines
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not long"
+
+test-long: engines
+	$(PY) -m pytest -m long
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -60,6 +60,7 @@ class TestPostgresContract(BackendContractSuite, DurableBackendContract):
 
 
 @pytest.mark.sweep
+@pytest.mark.long
 async def test_sweep_reproduces_the_seeds_claims_on_postgres(pg_server: PostgresServer) -> None:
     backend = await outlive.open_backend(_db(pg_server, "sweep") + "?pool=8")
     try:

@@ -66,7 +66,8 @@ async def test_a_worker_silent_before_its_call_makes_the_call_only_when_it_wakes
     assert s.model_calls == 6 and s.late_writes_rejected == ((8, 1, "StaleOwner"),)
 
 
-@pytest.mark.parametrize("name", ["two-corrections", "forgetful-feed"])
+@pytest.mark.parametrize("name", [pytest.param("two-corrections", marks=pytest.mark.long),
+                                  "forgetful-feed"])
 async def test_each_storys_sweep_shows_what_its_author_derived(name: str) -> None:
     backend = await outlive.open_backend("memory://")
     try:

@@ -12,7 +12,7 @@ from outlive_conformance.sweep import check_claims, necessity, sweep
 
 
 @pytest.mark.sweep
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", pytest.param("sqlite", marks=pytest.mark.long)])
 async def test_sweep_reproduces_the_seeds_claims(kind: str, tmp_path: Path) -> None:
     url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path / 's.db'}"
     backend = await outlive.open_backend(url)
@@ -36,6 +36,7 @@ async def test_sweep_reproduces_the_seeds_claims(kind: str, tmp_path: Path) -> N
         assert not differ, differ[:3]
 
 
+@pytest.mark.long
 async def test_a_scenario_where_a_protection_is_never_exercised_is_not_a_failure() -> None:
     """late-newsletter: the consumer starts after the story settled, so no run needs the strict
     rule. The claims are computed from the runs; the sweep passes and says so."""

@@ -217,6 +217,7 @@ async def test_state_past_the_cap_fails_the_work_with_a_typed_error(
     assert st.attempts[-1].state is AttemptState.STOPPED
 
 
+@pytest.mark.long
 async def test_a_thousand_steps_of_20kb_continue_as_new_with_results_by_reference(
         temporal_server: DevServer, tmp_path: Any) -> None:
     store = FileStore(str(tmp_path / "blobs"))
