@@ -805,6 +805,8 @@ class Runtime:
 
     def _drop(self, w: _Work) -> None:
         w.ended = True
+        for works in self._watched.values():   # (a few runners): nothing to wake it for now
+            works.discard(w.work_id)
         self._announce_end(w.work_id)
         for fut in w.verdicts.values():
             if not fut.done():
