@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import runtime_kinds as K
-from test_runtime_processes import _all_running, _serve, _stop, _taken_over_early
+from test_runtime_processes import _all_running, _serve, _stop, survivor_takes_over
 
 from outlive import Runtime
 
@@ -76,28 +76,7 @@ async def test_a_survivor_takes_over_a_killed_runtimes_attempts_when_it_dies(
     """Two runtimes; one SIGKILLed with attempts running: the other hears of its end (its
     advisory lock is granted the moment its session ends) and takes them over at once, not
     after their lease (a minute here)."""
-    url = _db(pg_cluster)
-    gate = tmp_path / "gate"
-    gate.touch()
-    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
-    ids = [f"k/{i}" for i in range(8)]
-    a = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
-    b = None
-    try:
-        async with Runtime(url, [], supervise=False, report_errors=False) as client:
-            for w in ids:
-                await client.start("held", w, "v1", K.parts_for("v1"))
-            await _all_running(client, ids)   # all on a: b is not serving yet
-            b = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
-            await asyncio.sleep(2.0)   # b has seen them running under a live runner
-            a.send_signal(signal.SIGKILL)
-            a.wait()
-            gate.unlink()
-            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 50)
-            states = [(await client.handle(w).state()).state for w in ids]
-    finally:
-        _stop(a, b)
-    _taken_over_early(states, K.HELD.lease.timeout)
+    await survivor_takes_over(_db(pg_cluster), tmp_path, monkeypatch)
 
 
 async def test_a_paused_runtimes_attempts_wait_out_their_lease(

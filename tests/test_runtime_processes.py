@@ -173,3 +173,35 @@ async def test_a_restarted_runtime_takes_over_its_dead_predecessors_attempts_at_
     finally:
         _stop(first, second)
     _taken_over_early(states, K.HELD.lease.timeout)
+
+
+async def survivor_takes_over(url: str, tmp_path: Path, monkeypatch: Any) -> None:
+    """Runtime a runs every attempt, b starts and sees them running under a live runner, a is
+    SIGKILLed: b takes them over at once, not after their lease (a minute here)."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
+    ids = [f"k/{i}" for i in range(8)]
+    a = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+    b = None
+    try:
+        async with Runtime(url, [], supervise=False, report_errors=False) as client:
+            for w in ids:
+                await client.start("held", w, "v1", K.parts_for("v1"))
+            await _all_running(client, ids)   # all on a: b is not serving yet
+            b = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+            await asyncio.sleep(2.0)   # b has seen them running under a live runner
+            a.send_signal(signal.SIGKILL)
+            a.wait()
+            gate.unlink()
+            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 50)
+            states = [(await client.handle(w).state()).state for w in ids]
+    finally:
+        _stop(a, b)
+    _taken_over_early(states, K.HELD.lease.timeout)
+
+
+async def test_a_survivor_takes_over_a_killed_runtimes_attempts_when_it_dies(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """On one SQLite file: b watches a's runner file and acts when a's lock is gone."""
+    await survivor_takes_over(f"sqlite:///{tmp_path / 'o.db'}", tmp_path, monkeypatch)
