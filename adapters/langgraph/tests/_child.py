@@ -74,6 +74,36 @@ async def program(db: str, at: str) -> None:
     await run(digest, V1, worker=w, durability="sync")
 
 
+async def program_async(db: str, at: str) -> None:
+    """Attempt #1 as ``program`` under ``durability="async"``: after step ``at``'s call returned
+    (its journal write maybe still in flight) say so and SIGKILL; before the step after the
+    first one, wait for a line on stdin (the parent holds the work's row meanwhile)."""
+    from langgraph.func import entrypoint
+
+    from outlive_langgraph import LangGraphBackend, outlive_task, run
+
+    b = await outlive.open_backend(_url(db))
+    assert isinstance(b, LangGraphBackend)
+    _ctl, w = await first_attempt(b, clock=lambda: 1)
+    section_of = {text: k for k, text in V1.items()}
+
+    @outlive_task(step=lambda text: section_of[text])
+    async def summarise(text: str) -> dict[str, Any]:
+        return {"summary": text, "by": 1}
+
+    @entrypoint(checkpointer=b.checkpointer)
+    async def digest(report: dict[str, str]) -> None:
+        for i, (k, text) in enumerate(report.items()):
+            if i == 1:
+                await asyncio.to_thread(sys.stdin.readline)
+            await summarise(text=text)
+            say("done", k)
+            if k == at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    await run(digest, V1, worker=w, durability="async")
+
+
 async def second(db: str) -> None:
     """A new process: suspect #1, admit #2, finish from the records, report what it did."""
     b = await outlive.open_backend(_url(db))
@@ -111,5 +141,7 @@ if __name__ == "__main__":
         asyncio.run(first(db, sys.argv[3]))
     elif mode == "program":
         asyncio.run(program(db, sys.argv[3]))
+    elif mode == "program-async":
+        asyncio.run(program_async(db, sys.argv[3]))
     else:
         asyncio.run(second(db))

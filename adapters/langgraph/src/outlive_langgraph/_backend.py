@@ -56,6 +56,9 @@ from ._checkpoint import (
     QueuesEntries,
     Rows,
     TaskWrites,
+    after_earlier,
+    entry_ended,
+    place_entry,
 )
 from ._config import parse_url
 from ._context import (
@@ -299,16 +302,19 @@ class LangGraphBackend(Backend):
         """This backend's saver, if it carries queued entries (None: it does not)."""
         return None
 
-    async def _after_flights(self, work_id: str, command: Command) -> None:
+    async def _after_flights(self, work_id: str, command: Command, *, wait: bool = True) -> None:
         """Before ``command``: this process's journal writes on the work still in flight
-        (``durability="async"``) land, and a failed one's error is raised for its attempt. A
-        heartbeat neither waits nor raises (it depends on no step)."""
+        (``durability="async"``) land (``wait``), and a failed one's error is raised for its
+        attempt. A heartbeat neither waits nor raises (it depends on no step)."""
         saver = self._entry_saver()
         if isinstance(saver, TaskWrites) and saver.in_flight_for(work_id) \
                 and type(command) is not L.Heartbeat:
             attempt = getattr(command, "attempt", None)
-            await saver.landed(work_id, attempt if isinstance(attempt, int)
-                               and hasattr(command, "token") else None)
+            mine = attempt if isinstance(attempt, int) and hasattr(command, "token") else None
+            if wait:
+                await saver.landed(work_id, mine)
+            elif mine is not None and (work_id, mine) in saver.flight_errors:
+                raise saver.flight_errors[(work_id, mine)]
 
     async def _flush_entries(self, work_id: str, command: Command) -> None:
         """Send the entries queued for ``command``'s attempt before the command itself (its
@@ -481,6 +487,8 @@ class LangGraphSqliteBackend(LangGraphBackend):
         await self._after_flights(work_id, command)
         await self._flush_entries(work_id, command)
         entry = _NODE_ENTRY.get()
+        if entry is not None and entry.earlier is not None:
+            await after_earlier(entry)   # a node's entry behind the last superstep's
         if entry is not None and entry.body_done and not entry.written:
             return await self._carried_execute(work_id, command, entry)
         store = self._store
@@ -533,7 +541,9 @@ class LangGraphSqliteBackend(LangGraphBackend):
         superstep's checkpoint, which commits it (see :class:`NodeEntry`).
 
         ``run(finished)`` runs the step (the body calls ``finished(update)`` when it returns).
-        Where it is safe - a node of a root graph, ``durability="sync"``, checkpointed by this
+        Where it is safe - a node of a root graph, ``durability="sync"`` (or ``"async"``: see
+        :func:`~._checkpoint.place_entry`; LangGraph then writes the checkpoint in the
+        background and the next node's body runs meanwhile), checkpointed by this
         backend's saver, no other node of the attempt waiting so - the entry, the node's
         ``put_writes`` and the checkpoint are one transaction: one commit a superstep instead
         of three. LangGraph starts no next superstep before that ``put`` returned, and it
@@ -542,25 +552,28 @@ class LangGraphSqliteBackend(LangGraphBackend):
         """
         saver, owner = self._saver, owner_of(config)
         conf = config.get("configurable") or {}
-        if saver is None or owner is None or owner in saver.deferred \
+        durability = conf.get(CONFIG_KEY_DURABILITY)
+        superstep = (config.get("metadata") or {}).get("langgraph_step")
+        if saver is None or owner is None \
                 or conf.get(CONFIG_KEY_CHECKPOINTER) is not saver \
-                or conf.get(CONFIG_KEY_DURABILITY) != "sync" \
+                or durability not in ("sync", "async") \
                 or NS_SEP in str(conf.get("checkpoint_ns", NS_SEP)):
             return await run(None)
         db = cast(FencedAsyncSqliteSaver, saver)
         loop = asyncio.get_running_loop()
-        entry = NodeEntry(owner, loop.create_future(), loop.create_future())
+        entry = NodeEntry(owner, loop.create_future(), loop.create_future(), superstep=superstep,
+                          overlaps=durability == "async")
+        if not place_entry(db.deferred, db.following, owner, entry):
+            return await run(None)
         token = _NODE_ENTRY.set(entry)
         try:
             step = loop.create_task(run(entry.finished))
         finally:
             _NODE_ENTRY.reset(token)
         entry.task = step
-        db.deferred[owner] = entry
 
         def ended(task: asyncio.Task[Any]) -> None:
-            if db.deferred.get(owner) is entry:
-                del db.deferred[owner]
+            entry_ended(db.deferred, db.following, owner, entry)
             entry.give_up()
             if not entry.ready.done():
                 entry.ready.set_result(None)   # the node returns the step's own outcome
@@ -585,7 +598,9 @@ class LangGraphSqliteBackend(LangGraphBackend):
         """The core store's write transaction, with LangGraph's rows added before its COMMIT."""
         if slot is None:
             return await self.execute(work_id, command), False
-        await self._after_flights(work_id, command)
+        # A step's write behind one in flight need not wait for it: the connection's thread
+        # runs them in order. Only a failure already known is raised now.
+        await self._after_flights(work_id, command, wait=on_send is None)
         await self._flush_entries(work_id, command)
         saver = self._db()
         sql, rows = saver.task_rows(slot, writes)

@@ -52,7 +52,7 @@ from outlive.sqlstore import SqliteLedgerStore
 from ._context import TaskWrite, is_special, note_wait, owner_of
 
 __all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "NodeEntry", "QueuesEntries",
-           "TaskWrites", "may_write"]
+           "TaskWrites", "after_earlier", "entry_ended", "may_write", "place_entry"]
 
 _RETURN = "__return__"  # the channel LangGraph saves a Functional API task's result on
 
@@ -304,6 +304,13 @@ class NodeEntry:
     task: asyncio.Task[Any] | None = None
     result: Any = None
     body_done: bool = False
+    #: LangGraph's superstep of the node (``langgraph_step``).
+    superstep: Any = None
+    #: Under ``durability="async"``: LangGraph's writes of earlier supersteps may still come
+    #: while the node runs; they neither wait for the step nor carry its entry.
+    overlaps: bool = False
+    #: The earlier superstep's entry this one follows (``place_entry``), until it ended.
+    earlier: NodeEntry | None = None
     #: The entry was written (then no later write of the step's task is carried again).
     written: bool = False
     #: The carrier's statements committed with the entry.
@@ -318,6 +325,48 @@ class NodeEntry:
         """No checkpoint came in time: the entry is written alone."""
         if not self.calls.done():
             self.calls.set_result([])
+
+
+def place_entry(pending: dict[Any, Any], following: dict[Any, Any], owner: Owner,
+                entry: Any) -> bool:
+    """Register a node step's journal entry to wait for its superstep's checkpoint to carry it
+    (``pending``: the attempt's entry waiting so, by owner). False: it cannot wait so, and
+    commits before the node returns (a node of this very superstep waits already: parallel
+    nodes). Under ``durability="async"`` LangGraph starts the next superstep before the last
+    one's checkpoint was written: the entry then *follows* the earlier one (``following``):
+    its body runs now, its write waits for the earlier step to end (``entry.earlier``) and it
+    becomes the attempt's pending entry once that one ended (:func:`entry_ended`)."""
+    earlier = pending.get(owner)
+    if earlier is None:
+        pending[owner] = entry
+        return True
+    if not entry.overlaps or entry.superstep is None or earlier.superstep is None \
+            or earlier.superstep == entry.superstep or owner in following:
+        return False
+    entry.earlier = earlier
+    following[owner] = entry
+    return True
+
+
+def entry_ended(pending: dict[Any, Any], following: dict[Any, Any], owner: Owner,
+                entry: Any) -> None:
+    """``entry``'s step ended: the entry that followed it (if any) is the attempt's pending one."""
+    if pending.get(owner) is entry:
+        del pending[owner]
+        after = following.pop(owner, None)
+        if after is not None:
+            pending[owner] = after
+    elif following.get(owner) is entry:
+        del following[owner]
+
+
+async def after_earlier(entry: Any) -> None:
+    """Before a following entry's write: the earlier superstep's step ends first (its write is
+    at the server, and would move the head under this one); its refusal is raised here."""
+    earlier = entry.earlier
+    if earlier is not None and earlier.task is not None:
+        await asyncio.shield(earlier.task)
+    entry.earlier = None
 
 
 _Call = TypeVar("_Call")
@@ -525,6 +574,8 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         #: Node steps' journal entries waiting for their superstep's checkpoint (see
         #: :class:`NodeEntry`), by attempt.
         self.deferred: dict[tuple[str, int, int], NodeEntry] = {}
+        #: Under ``durability="async"``: a node's entry that waits behind the one above.
+        self.following: dict[tuple[str, int, int], NodeEntry] = {}
         #: How long a node's ``put_writes`` waits for the checkpoint to carry it (0: never).
         self.hold_seconds = 0.005
         #: Node ``put_writes`` committed in the checkpoint's transaction, and checkpoints
@@ -661,7 +712,7 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         await self.after_flights(config)
         owner = owner_of(config) if self.deferred or self._held else None
         entry = self.deferred.get(owner) if owner is not None else None
-        if entry is not None:
+        if entry is not None and (entry.ready.done() or not entry.overlaps):
             await self._put_with_entry(config, entry, rows)
         elif owner is not None and self._held and owner in self._held:
             await self._put_with_held(config, owner, rows)

@@ -21,11 +21,12 @@ saver pipelines its statements in one too), with no transaction left open betwee
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import psycopg
@@ -44,12 +45,19 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from outlive._postgres import _OPTIONS as _LEDGER_OPTIONS
 from outlive._postgres import PostgresLedger, while_busy
 from outlive.errors import BackendUnavailable, OutliveError
-from outlive.ledger import Command, Heartbeat, Outcome
+from outlive.ledger import Command, Heartbeat, Outcome, RecordSteps
 from outlive.records import WorkState
 from outlive.sqlstore import Read, Write, load_flow, pg_write_carries, pg_write_with
 
 from ._backend import _CoreLedgerBackend
-from ._checkpoint import HoldsWrites, TaskWrites, may_write
+from ._checkpoint import (
+    HoldsWrites,
+    TaskWrites,
+    after_earlier,
+    entry_ended,
+    may_write,
+    place_entry,
+)
 from ._context import TaskWrite, is_special, note_wait, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
@@ -219,6 +227,13 @@ class _Deferred:
     task: asyncio.Task[Any] | None = None
     result: Any = None
     body_done: bool = False
+    #: LangGraph's superstep of the node (``langgraph_step``).
+    superstep: Any = None
+    #: Under ``durability="async"``: LangGraph's writes of earlier supersteps may still come
+    #: while the node runs; they neither wait for the step nor carry its entry.
+    overlaps: bool = False
+    #: The earlier superstep's entry this one follows (``place_entry``), until it ended.
+    earlier: _Deferred | None = None
     #: The entry committed (then no later write of the step's task is merged again).
     written: bool = False
     #: The carrier's statements committed with the entry.
@@ -311,6 +326,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
         self._held = {}
         #: Node steps' journal entries waiting for this attempt's next fenced write to carry them.
         self.deferred: dict[tuple[str, int, int], _Deferred] = {}
+        #: Under ``durability="async"``: a node's entry that waits behind the one above.
+        self.following: dict[tuple[str, int, int], _Deferred] = {}
         #: Task id -> the end of a journal write carrying that task's row, sent but maybe not
         #: committed yet (its task returned once it was sent).
         self.in_flight: dict[str, asyncio.Future[None]] = {}
@@ -442,6 +459,8 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
         """Hand ``calls`` to a node step's entry waiting for them and wait for the step to end
         (its refusal is raised here); True if they committed with it. A step whose entry went
         alone (or wrote nothing) is waited for all the same: this write comes after it."""
+        if deferred.overlaps and not deferred.ready.done():
+            return False   # an earlier superstep's write (LangGraph went on without it): first
         task = deferred.task
         if deferred.ready.done() and not deferred.calls.done():
             deferred.calls.set_result(calls)
@@ -606,6 +625,25 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
         may_write(state, work, attempt, token)
 
 
+#: Entries in one batch of journal writes at most (each carries its task's row).
+_BATCH = 64
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Journal entries queued while the attempt's last write on the work is at the server."""
+
+    owner: tuple[int, int]
+    #: The steps in flight when the batch opened: it is sent once they ended.
+    after: list[asyncio.Task[Any]]
+    items: list[tuple[RecordSteps, TaskWrite, Sequence[tuple[str, Any]],
+                      asyncio.Future[tuple[Outcome, bool]]]] = field(default_factory=list)
+    sender: asyncio.Task[None] | None = None
+    #: Set when the batch's write ended (LangGraph's ``put_writes`` of its tasks wait for it).
+    landed: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
 class LangGraphPostgresBackend(_CoreLedgerBackend):
     """Checkpoints and the fenced ledger in one PostgreSQL database."""
 
@@ -621,6 +659,8 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         self.conninfo = self.ledger.conninfo
         self._saver: FencedAsyncPostgresSaver | None = None
         self._saver_conn: psycopg.AsyncConnection[Any] | None = None
+        #: Work -> the batch of journal entries being queued (``durability="async"``).
+        self._batches: dict[str, _Batch] = {}
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
@@ -668,6 +708,10 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         if slot is None or self._saver is None:
             return await self.execute(work_id, command), False
         saver = self._saver
+        if on_send is not None and type(command) is RecordSteps and saver.flying.get(work_id):
+            # Another step's write is at the server (``durability="async"``): this one joins
+            # the next batch instead of waiting for it, and its task returns now.
+            return await self._batched(work_id, command, slot, writes, on_send)
         if saver.in_flight_for(work_id):
             await saver.landed(work_id, _attempt_of(command))   # a step's write still in flight
         sql, rows = saver.task_rows(slot, writes)
@@ -688,6 +732,78 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
                 landed.set_result(None)
         return out, bool(wrote)
 
+    async def _batched(self, work_id: str, command: RecordSteps, slot: TaskWrite,
+                       writes: Sequence[tuple[str, Any]], on_send: Callable[[], Any]
+                       ) -> tuple[Outcome, bool]:
+        """``record_with_task_write`` while this process's last journal write on the work is
+        still at the server: queue the entry (and its task's row) for the batch sent once that
+        write ended, one statement for all entries queued meanwhile, and let the task return
+        (``on_send``) now. As raw LangGraph's task writes queue on its connection, a step never
+        waits for the one before; the barrier (``landed``) waits for the batch."""
+        saver = self._saver
+        assert saver is not None
+        loop = asyncio.get_running_loop()
+        batch = self._batches.get(work_id)
+        if batch is None or batch.owner != (command.attempt, command.token) \
+                or len(batch.items) >= _BATCH:
+            # After every step in flight now (the earlier batch's among them), not this one's.
+            batch = _Batch((command.attempt, command.token), list(saver.flying.get(work_id, ())))
+            self._batches[work_id] = batch
+            # In a context of its own: the step's (its task's row, its node) is not the batch's.
+            batch.sender = loop.create_task(self._send_batch(work_id, batch),
+                                            context=contextvars.Context())
+        done: asyncio.Future[tuple[Outcome, bool]] = loop.create_future()
+        batch.items.append((command, slot, writes, done))
+        saver.in_flight[slot.task_id] = batch.landed
+        on_send()
+        return await done
+
+    async def _send_batch(self, work_id: str, batch: _Batch) -> None:
+        """Send ``batch`` once the writes before it ended: one ledger command journaling every
+        entry queued, LangGraph's rows for their tasks in its statement. A write before it that
+        failed fails the batch with the same error (nothing of it is sent)."""
+        saver = self._saver
+        assert saver is not None
+        try:
+            if batch.after:
+                await asyncio.wait(batch.after)
+                for step in batch.after:
+                    saver._landed_one(work_id, step)
+            if self._batches.get(work_id) is batch:
+                del self._batches[work_id]   # later entries go to a batch of their own
+            error = saver.flight_errors.get((work_id, batch.owner[0]))
+            if error is not None:
+                raise error
+            commands = [c for c, _slot, _w, _d in batch.items]
+            merged = RecordSteps(attempt=batch.owner[0], token=batch.owner[1],
+                                 entries=tuple(e for c in commands for e in c.entries),
+                                 at=max(c.at for c in commands), secret=commands[0].secret)
+            rows = [row for _c, slot, writes, _d in batch.items
+                    for row in saver.task_rows(slot, writes)[1]]
+            wrote: list[bool] = []
+            token = _ALSO.set((saver.INSERT_CHECKPOINT_WRITES_SQL, rows, wrote, None))
+            try:
+                out = await self.ledger.execute(work_id, merged)
+            finally:
+                _ALSO.reset(token)
+            for _c, slot, writes, done in batch.items:
+                if wrote:
+                    saver.wrote(slot, writes)
+                if not done.done():
+                    done.set_result((out, bool(wrote)))
+        except BaseException as exc:
+            for *_rest, done in batch.items:
+                if not done.done():
+                    done.set_exception(exc)
+        finally:
+            if self._batches.get(work_id) is batch:
+                del self._batches[work_id]
+            for _c, slot, _w, _d in batch.items:
+                if saver.in_flight.get(slot.task_id) is batch.landed:
+                    del saver.in_flight[slot.task_id]
+            if not batch.landed.done():
+                batch.landed.set_result(None)
+
     async def execute(self, work_id: str, command: Command) -> Outcome:
         """The core's command, after this process's journal writes on the work still in flight
         (``durability="async"``) landed: it depends on them, and its compare-and-set would
@@ -695,6 +811,9 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         saver = self._saver
         if saver is not None and saver.in_flight_for(work_id) and type(command) is not Heartbeat:
             await saver.landed(work_id, _attempt_of(command))
+        deferred = _DEFER.get()
+        if deferred is not None and deferred.earlier is not None:
+            await after_earlier(deferred)   # a node's entry behind the last superstep's
         return await self.ledger.execute(work_id, command)
 
     async def defer_node_entry(self, config: RunnableConfig,
@@ -703,7 +822,9 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         """Run a node's step; return the node's update once its journal entry is *sent*.
 
         ``run(finished)`` runs the step (the body calls ``finished(update)`` when it returns).
-        Where it is safe - a node of a root graph, ``durability="sync"``, checkpointed by this
+        Where it is safe - a node of a root graph, ``durability="sync"`` (or ``"async"``: see
+        :func:`~._checkpoint.place_entry`; LangGraph then writes the checkpoint in the
+        background and the next node's body runs meanwhile), checkpointed by this
         backend's saver, no other node of the attempt waiting so - the entry goes out in the
         statement of the attempt's next fenced write (the node's ``put_writes``, held for the
         superstep's checkpoint): one commit a superstep. LangGraph starts no next superstep
@@ -713,25 +834,28 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         """
         found, owner = self._saver, owner_of(config)
         conf = config.get("configurable") or {}
-        if found is None or owner is None or owner in found.deferred \
+        durability = conf.get(CONFIG_KEY_DURABILITY)
+        superstep = (config.get("metadata") or {}).get("langgraph_step")
+        if found is None or owner is None \
                 or conf.get(CONFIG_KEY_CHECKPOINTER) is not found \
-                or conf.get(CONFIG_KEY_DURABILITY) != "sync" \
+                or durability not in ("sync", "async") \
                 or NS_SEP in str(conf.get("checkpoint_ns", NS_SEP)):
             return await run(None)
         saver = cast(FencedAsyncPostgresSaver, found)
         loop = asyncio.get_running_loop()
-        deferred = _Deferred(saver, owner, loop.create_future(), loop.create_future())
+        deferred = _Deferred(saver, owner, loop.create_future(), loop.create_future(),
+                             superstep=superstep, overlaps=durability == "async")
+        if not place_entry(saver.deferred, saver.following, owner, deferred):
+            return await run(None)
         token = _DEFER.set(deferred)
         try:
             step = loop.create_task(run(deferred.finished))
         finally:
             _DEFER.reset(token)
         deferred.task = step
-        saver.deferred[owner] = deferred
 
         def ended(task: asyncio.Task[Any]) -> None:
-            if saver.deferred.get(owner) is deferred:
-                del saver.deferred[owner]
+            entry_ended(saver.deferred, saver.following, owner, deferred)
             deferred.give_up()
             if not deferred.ready.done():
                 deferred.ready.set_result(None)   # the node returns the step's own outcome
