@@ -27,6 +27,11 @@ the harness's own bias and spread. Three shapes:
   step of an ``@entrypoint`` around one ``@task``, and of an ``@entrypoint`` that runs the
   body itself (the same shape as outlive's), each its own row.
 
+The entrypoint and node shapes run under ``durability="sync"`` and again under ``"async"``
+(LangGraph's default), raw and outlive at the same mode each time; the row names it. Under
+``"async"`` outlive's journal writes, like raw LangGraph's, may be in flight while the next step
+runs; a side's turn ends once its writes in flight landed (journal writes included).
+
 On ``langgraph+sqlite``, ``langgraph+memory`` and ``langgraph+postgres`` (a throwaway server),
 then the 864-run sweep on ``langgraph+sqlite``. Writes ``.bench/langgraph.json``::
 
