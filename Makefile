@@ -76,8 +76,11 @@ demo: install
 
 # The whole suite but the tests marked `long` (the SQLite and PostgreSQL 864-run sweeps, a
 # second story's sweep, the thousand 20 KB Temporal steps): those run in `make test-long`.
+# Two test processes: most of the suite's time is spent waiting on servers and processes, and
+# every test starts its own servers on free ports and works in its own temporary directory.
+TEST_PROCS ?= 2
 test: engines
-	$(PY) -m pytest -m "not long"
+	$(PY) -m pytest -n $(TEST_PROCS) -m "not long"
 
 test-long: engines
 	$(PY) -m pytest -m long
