@@ -558,3 +558,26 @@ async def test_a_failed_group_commit_lands_each_command_on_its_own(tmp_path: Pat
             assert st.version("v1").parts == {"s1": f"{i:064x}"}   # type: ignore[union-attr]
     finally:
         await b.close()
+
+
+async def test_runner_files_tell_a_gone_runtime_from_a_live_one_and_are_swept(
+        tmp_path: Path) -> None:
+    """Each runtime holds a locked file named by its runner id beside the database; a file whose
+    lock is free is a runner gone, and the next runtime to open removes it (none piles up)."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    folder = tmp_path / "o.db.runners"
+    first, second = await outlive.open_backend(url), await outlive.open_backend(url)
+    try:
+        assert await first.hold_runner("aaaa") and await first.hold_runner("cccc")
+        assert not await second.runner_gone("aaaa") and not await second.runner_gone("cccc")
+        await first.release_runner("aaaa")          # a runtime closed: its file stays, unlocked
+        assert sorted(os.listdir(folder)) == ["aaaa", "cccc"]
+        assert await second.hold_runner("bbbb")     # ... and the next one to open sweeps it
+        assert sorted(os.listdir(folder)) == ["bbbb", "cccc"]
+        assert await second.runner_gone("aaaa")     # removed: gone
+        assert not await second.runner_gone("cccc")  # held by a live backend
+        assert not await second.runner_gone("../x") and not await first.hold_runner("a/b")
+    finally:
+        await first.close()
+    assert await second.runner_gone("cccc")          # its holder closed
+    await second.close()

@@ -471,39 +471,47 @@ class SqliteBackend(Backend):
 
     async def hold_runner(self, runner: str) -> bool:
         """A file per runner beside the database, ``flock``ed while the process lives: the
-        kernel drops the lock when the process ends, however it ends (a paused one keeps it)."""
+        kernel drops the lock when the process ends, however it ends (a paused one keeps it).
+        Files left unlocked by runners gone are removed on the way (a missing file is a runner
+        gone, see :meth:`runner_gone`)."""
         if self.read_only or not valid_runner(runner):
             return False
         path = self._runner_file(runner)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        for _ in range(3):
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # Still the file at that path? A sweep may have found it unlocked between the
+                # open and the lock, and removed it: then make it again.
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    self._held[runner] = fd
+                    self._sweep_runners(runner)
+                    return True
+            except OSError:
+                pass
             os.close(fd)
-            return False
-        self._held[runner] = fd
-        return True
+        return False
 
-    async def release_runner(self, runner: str) -> None:
-        fd = self._held.pop(runner, None)
-        if fd is not None:
-            os.close(fd)
+    def _sweep_runners(self, mine: str) -> None:
+        """Remove the files of runners gone (unlocked): one per runtime ever opened otherwise."""
+        folder = os.path.dirname(self._runner_file(mine))
+        with contextlib.suppress(OSError):
+            for name in os.listdir(folder):
+                if name != mine and name not in self._held and valid_runner(name):
+                    self._take_if_free(os.path.join(folder, name))
 
-    async def runner_gone(self, runner: str) -> bool:
-        """Its file unlocked (then removed) or already removed by another who found it so."""
-        if not valid_runner(runner):
-            return False
-        path = self._runner_file(runner)
+    @staticmethod
+    def _take_if_free(path: str) -> bool | None:
+        """True (and the file removed) if no process holds its lock, False if one does, None if
+        there is no such file."""
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
-            # Only a runner that held its file stamps its attempts, and only one who found the
-            # file unlocked removes it.
-            return os.path.isdir(os.path.dirname(path))
+            return None
         except OSError:
             return False
         try:
@@ -516,6 +524,23 @@ class SqliteBackend(Backend):
             return True
         finally:
             os.close(fd)
+
+    async def release_runner(self, runner: str) -> None:
+        fd = self._held.pop(runner, None)
+        if fd is not None:
+            os.close(fd)
+
+    async def runner_gone(self, runner: str) -> bool:
+        """Its file unlocked (then removed) or already removed by another who found it so."""
+        if not valid_runner(runner):
+            return False
+        path = self._runner_file(runner)
+        taken = self._take_if_free(path)
+        if taken is None:
+            # Only a runner that held its file stamps its attempts, and only one who found the
+            # file unlocked removes it.
+            return os.path.isdir(os.path.dirname(path))
+        return taken
 
     async def watch_runner(self, runner: str) -> bool:
         """A test of the runner's file lock every 0.1 s (a lock syscall, no database read): an
