@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import runtime_kinds as K
-from test_runtime_processes import _all_running, _serve, _stop, survivor_takes_over
+from test_runtime_processes import _serve, _stop, held_then, survivor_takes_over
 
 from outlive import Runtime
 
@@ -84,26 +85,13 @@ async def test_a_paused_runtimes_attempts_wait_out_their_lease(
     """A paused runtime is silent, not dead (its session and lock live on): the other runtime
     takes its attempts over only after their lease ran out."""
     url = _db(pg_cluster)
-    gate = tmp_path / "gate"
-    gate.touch()
-    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
-    ids = [f"p/{i}" for i in range(4)]
-    a = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD_SHORT")
-    b = None
-    try:
-        async with Runtime(url, [], supervise=False, report_errors=False) as client:
-            for w in ids:
-                await client.start("held_short", w, "v1", K.parts_for("v1"))
-            await _all_running(client, ids)
-            a.send_signal(signal.SIGSTOP)
-            gate.unlink()
-            b = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD_SHORT")
-            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 60)
-            states = [(await client.handle(w).state()).state for w in ids]
-    finally:
-        if a.poll() is None:
-            a.send_signal(signal.SIGCONT)
-        _stop(a, b)
+
+    async def pause(a: subprocess.Popen[bytes], gate: Path) -> subprocess.Popen[bytes]:
+        a.send_signal(signal.SIGSTOP)
+        gate.unlink()
+        return _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD_SHORT")
+    states = await held_then(url, tmp_path, monkeypatch, "held_short",
+                             [f"p/{i}" for i in range(4)], pause)
     lease = K.HELD_SHORT.lease.timeout
     for st in states:
         first, second = st.attempts[0], st.attempts[1]

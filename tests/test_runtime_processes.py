@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,56 +149,58 @@ def _taken_over_early(states: list[Any], lease_ms: int) -> None:
         assert len(st.acceptances) == 1
 
 
+async def held_then(url: str, tmp_path: Path, monkeypatch: Any, kind: str, ids: list[str],
+                    then: Callable[[subprocess.Popen[bytes], Path],
+                                   Awaitable[subprocess.Popen[bytes]]]) -> list[Any]:
+    """Works of a gated kind, all running on one serving runtime; then ``then(runtime, gate)``
+    (a kill or a pause, the gate opened, the runtime that carries on returned); every work
+    awaited. The works' states."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
+    procs = [_serve(url, tmp_path / "receiver.db", f"runtime_kinds:{kind.upper()}")]
+    try:
+        async with Runtime(url, [], supervise=False, report_errors=False) as client:
+            for w in ids:
+                await client.start(kind, w, "v1", K.parts_for("v1"))
+            await _all_running(client, ids)
+            procs.append(await then(procs[0], gate))
+            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 50)
+            return [(await client.handle(w).state()).state for w in ids]
+    finally:
+        if procs[0].poll() is None:
+            procs[0].send_signal(signal.SIGCONT)   # a paused one, to be stopped
+        _stop(*procs)
+
+
 async def test_a_restarted_runtime_takes_over_its_dead_predecessors_attempts_at_once(
         tmp_path: Path, monkeypatch: Any) -> None:
     """A runtime SIGKILLed with attempts running, started again: the attempts are taken over as
     soon as it starts, not after their lease (a minute here), as DBOS recovers at launch."""
     url = f"sqlite:///{tmp_path / 'o.db'}"
-    gate = tmp_path / "gate"
-    gate.touch()
-    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
-    ids = [f"h/{i}" for i in range(6)]
-    first = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
-    second = None
-    try:
-        async with Runtime(url, [], supervise=False, report_errors=False) as client:
-            for w in ids:
-                await client.start("held", w, "v1", K.parts_for("v1"))
-            await _all_running(client, ids)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
-            gate.unlink()
-            second = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
-            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 50)
-            states = [(await client.handle(w).state()).state for w in ids]
-    finally:
-        _stop(first, second)
+
+    async def restart(first: subprocess.Popen[bytes], gate: Path) -> subprocess.Popen[bytes]:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        gate.unlink()
+        return _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+    states = await held_then(url, tmp_path, monkeypatch, "held", [f"h/{i}" for i in range(6)],
+                             restart)
     _taken_over_early(states, K.HELD.lease.timeout)
 
 
 async def survivor_takes_over(url: str, tmp_path: Path, monkeypatch: Any) -> None:
     """Runtime a runs every attempt, b starts and sees them running under a live runner, a is
     SIGKILLed: b takes them over at once, not after their lease (a minute here)."""
-    gate = tmp_path / "gate"
-    gate.touch()
-    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
-    ids = [f"k/{i}" for i in range(8)]
-    a = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
-    b = None
-    try:
-        async with Runtime(url, [], supervise=False, report_errors=False) as client:
-            for w in ids:
-                await client.start("held", w, "v1", K.parts_for("v1"))
-            await _all_running(client, ids)   # all on a: b is not serving yet
-            b = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
-            await asyncio.sleep(2.0)   # b has seen them running under a live runner
-            a.send_signal(signal.SIGKILL)
-            a.wait()
-            gate.unlink()
-            await asyncio.wait_for(asyncio.gather(*(client.handle(w).result() for w in ids)), 50)
-            states = [(await client.handle(w).state()).state for w in ids]
-    finally:
-        _stop(a, b)
+    async def kill_one(a: subprocess.Popen[bytes], gate: Path) -> subprocess.Popen[bytes]:
+        b = _serve(url, tmp_path / "receiver.db", "runtime_kinds:HELD")
+        await asyncio.sleep(2.0)   # b has seen them running under a live runner
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+        gate.unlink()
+        return b
+    states = await held_then(url, tmp_path, monkeypatch, "held", [f"k/{i}" for i in range(8)],
+                             kill_one)
     _taken_over_early(states, K.HELD.lease.timeout)
 
 
