@@ -384,3 +384,67 @@ async def test_a_refused_node_entry_in_flight_lands_nothing_of_its_superstep(
         steps = [r[0] for r in conn.execute(
             "SELECT metadata->>'step' FROM checkpoints WHERE thread_id = 'q3'").fetchall()]
     assert all(int(step) < 0 for step in steps), steps   # the input's checkpoint at most
+
+
+async def test_an_effect_and_an_interrupt_wait_for_the_writes_in_flight(
+        backend: LangGraphBackend) -> None:
+    """Under "async" an effect inside the entrypoint is sent only once the step before it is
+    journaled (the receiver finds the entry), and an ``interrupt()`` after a step leaves the
+    attempt ``waiting`` with that step journaled: both are barriers."""
+    from langgraph.types import interrupt
+
+    from outlive import AttemptState
+    from outlive.records import Receipt
+
+    _ctl, w = await first_attempt(backend)
+    held = _Held(backend, 0)
+    seen: list[list[Any]] = []
+
+    @outlive_task(external=("i",))
+    async def step(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    async def send(key: str | None, payload: Any) -> Receipt:
+        st = await backend.load("q3")
+        assert st is not None
+        seen.append([e.result for e in st.journal if e.attempt == 1])
+        return Receipt(effect_id="e1", duplicate=False, key=key)
+
+    @entrypoint(checkpointer=backend.checkpointer)
+    async def prog(n: int) -> str:
+        got = await step(0)
+        held.past.set()   # step 0's write is released only now: it was in flight
+        await w.effect("tell:q3", got, send)
+        answer = interrupt("approve?")
+        return str(answer)
+
+    await run(prog, 1, worker=w, durability="async")
+    assert not held.ran_out
+    assert seen == [[{"i": 0}]], "the effect was sent before the step it follows landed"
+    st = await backend.load("q3")
+    assert st is not None
+    me = st.attempt(1)
+    assert me is not None and me.state is AttemptState.WAITING
+
+
+async def test_a_candidate_inside_the_graph_names_the_step_in_flight(
+        backend: LangGraphBackend) -> None:
+    """A candidate submitted inside the entrypoint right after a step whose write is in flight
+    names that step: the worker waits for it (``Worker.landed``) before it builds its parts."""
+    _ctl, w = await first_attempt(backend)
+    held = _Held(backend, 0)
+
+    @outlive_task(external=("i",))
+    async def step(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    @entrypoint(checkpointer=backend.checkpointer)
+    async def prog(n: int) -> list[str]:
+        await step(0)
+        held.past.set()
+        cand = await w.candidate()
+        return sorted(cand.content)
+
+    names = await run(prog, 1, worker=w, durability="async")
+    assert not held.ran_out
+    assert names == sorted(w.steps) and len(names) == 1
