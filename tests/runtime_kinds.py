@@ -184,3 +184,19 @@ HELD = _kind("held", gated, lease=Lease(heartbeat_interval=10_000, missed_beats=
 HELD_SHORT = _kind("held_short", gated)
 #: At most 40 running per runtime: two runtimes share 80 works between them.
 HELD_SHARED = _kind("held_shared", gated, concurrency=40)
+
+
+#: What the refusing assessor was asked to judge, by digest (per process).
+JUDGED: dict[str, int] = {}
+
+
+def refuse_first_version(cand: Any, version: Any) -> tuple[bool, str]:
+    """Refuses every candidate built for v1 (the figures are wrong), accepts v2's."""
+    JUDGED[cand.digest] = JUDGED.get(cand.digest, 0) + 1
+    if cand.version == "v1":
+        return False, "the v1 figures do not reconcile"
+    return True, "reconciles"
+
+
+REFUSING = _kind("refusing", small, assessor=refuse_first_version,
+                 retry=RetryPolicy(maximum_attempts=2, initial_interval=0.01))

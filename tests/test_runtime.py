@@ -302,3 +302,21 @@ async def test_a_type_error_inside_a_step_is_retried_like_any_error(url: str) ->
     assert first.state is AttemptState.FAILED and first.error is not None
     assert first.error.type == "TypeError" and first.error.retryable
     assert len(done.attempts) == 2
+
+
+async def test_a_refused_candidate_stops_its_attempt_and_is_judged_once(url: str) -> None:
+    """The runtime judges a candidate the moment its attempt submits it; a refusal is recorded
+    once, the attempt is stopped, and no later pass or attempt pays the assessor again for it."""
+    K.JUDGED.clear()
+    async with Runtime(url, kinds=[K.REFUSING], discover=None) as rt:
+        h = await rt.start(K.REFUSING, "digest/refused", "v1", K.parts_for("v1"))
+        with pytest.raises(outlive.GaveUp) as failed:
+            await asyncio.wait_for(h.result(), 20)
+        st = (await h.state()).state
+        assert "refused" in str(failed.value) and "do not reconcile" in str(failed.value)
+        assert len(st.refusals) == 1 and not st.acceptances
+        assert [a.state for a in st.attempts] == [AttemptState.STOPPED] * 2
+        assert list(K.JUDGED.values()) == [1]      # one digest, judged once for both attempts
+        h2 = await rt.start(K.REFUSING, "digest/accepted", "v2", K.parts_for("v2"))
+        done = await asyncio.wait_for(h2.result(), 20)
+        assert done.acceptance.version == "v2" and len(done.attempts) == 1

@@ -100,6 +100,13 @@ def why_open(state: WorkState) -> str:
     """Why a work is not complete, in one phrase, for the final error."""
     acc = state.latest_acceptance
     if acc is None or (state.policy.pins and acc.version != state.current_version):
+        refused = [r for r in state.refusals
+                   if not state.policy.pins or r.version == state.current_version]
+        if refused:   # the assessor's own words: the likeliest thing to fix
+            last = refused[-1]
+            return (f"no result accepted for it; {len(refused)} candidate(s) refused, the last "
+                    f"({last.digest[:8]}) under contract {last.contract.name} "
+                    f"v{last.contract.version}: {last.reason}")
         return "no result accepted for it"
     open_effects = [e.op_key for e in state.effects if not L.is_settled(e)]
     if open_effects:

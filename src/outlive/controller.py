@@ -214,12 +214,20 @@ class Controller:
             _observe.rejected(work_id, "Accept", exc, digest=digest)
             raise
         version = st.version(cand.version) if cand.version else None
+        return await self.judge(work_id, cand, version, contract, assessor)
+
+    async def judge(self, work_id: str, cand: Candidate, version: InputVersion | None,
+                    contract: Contract, assessor: Assessor) -> Acceptance:
+        """Run ``assessor`` on a candidate in hand and record its verdict, without reading the
+        work first: the ledger's checks on ``Accept`` decide (a stale owner, another version,
+        a stopped attempt are refused there, after the assessor ran). For a judge that saw the
+        candidate submitted a moment ago; :meth:`assess` checks before paying the assessor."""
         verdict = assessor(cand, version)
         if inspect.isawaitable(verdict):
             verdict = await verdict
         ok, reason = verdict
         out = await _observe.execute(self.backend,
-            work_id, L.Accept(digest=digest, contract=contract, verdict=bool(ok), reason=reason,
+            work_id, L.Accept(digest=cand.digest, contract=contract, verdict=bool(ok), reason=reason,
                               at=self.clock(), credential=self._credential))
         if out.kind == "refused":   # recorded as a refusal; the caller hears it as an error
             raise L.contract_failed(out.record)

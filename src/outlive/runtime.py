@@ -199,6 +199,9 @@ class _Context(AttemptContext):
         self.kind = kind
 
     async def judged(self, cand: Candidate, *, poll: float | None = None) -> Acceptance:
+        acc = await self.runtime._judge_here(self, cand)
+        if acc is not None:
+            return acc
         fut = self.runtime._verdict(self.worker.work_id, cand.digest)
         self.runtime._wake(self.worker.work_id, urgent=True)
         # The runtime answers at once; the ledger is read again only if no answer comes within
@@ -987,6 +990,28 @@ class Runtime:
                                    attempt=att.number, at=self.clock(),
                                    signs=att.signs if cas else None,
                                    waiting=att.state is AttemptState.WAITING)))
+
+    async def _judge_here(self, ctx: _Context, cand: Candidate) -> Acceptance | None:
+        """Judge a candidate the attempt running here just submitted, in the attempt's own task:
+        no pass, no read (the ledger's checks on ``Accept`` decide). Its acceptance, or None
+        for anything else (a refusal, a stale attempt, a runtime closing): a pass then reads the
+        work and answers as it always did (a refusal recorded here is not judged again)."""
+        w = self._works.get(ctx.worker.work_id)
+        if w is None or w.running != ctx.attempt.number or self._closing:
+            return None
+        kind = w.kind
+        seen = ctx.worker.last_read
+        if (seen.refusal(cand.digest, kind.contract) is not None
+                or L.accepted(seen, cand.digest, kind.contract) is not None):
+            return None   # judged before this attempt: the pass answers without judging again
+        assessor: Assessor = (resolve(kind.assessor) if kind.assessor is not None
+                              else accept_all)
+        try:
+            return await self._controller(kind).judge(
+                w.work_id, cand, seen.version(cand.version) if cand.version else None,
+                kind.contract, assessor)
+        except OutliveError:
+            return None
 
     async def _judge(self, w: _Work, st: WorkState, ctl: Controller) -> bool:
         """Judge the candidates this runtime's attempt waits on; True if anything was written."""

@@ -306,6 +306,12 @@ class Worker:
                                                   result_id=e.result_id, restored=False)
         return st
 
+    @property
+    def last_read(self) -> WorkState:
+        """The work as this worker last read it (at its start): its versions, and the verdicts
+        given before this attempt, are still true."""
+        return self._st()
+
     def _st(self) -> WorkState:
         if self._state is None:
             raise InvalidRecord("call Worker.start() before working")
