@@ -20,6 +20,7 @@ from typing import Any
 
 from . import ledger, records
 from ._check import check_fields
+from ._clone import _fields
 from .errors import InvalidRecord
 from .hashing import MAX_DEPTH
 
@@ -121,6 +122,8 @@ def _deepest(value: Any, depth: int) -> Any:
 
 #: JSON leaves: what :func:`decode` returns as it is given (below the nesting limit).
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+#: "Not made here": a value nothing decodes to.
+_NONE = object()
 
 
 def decode(value: Any, _depth: int = 0) -> Any:
@@ -151,8 +154,12 @@ def decode(value: Any, _depth: int = 0) -> Any:
         if cls is None or not isinstance(value.get("v"), dict):
             raise InvalidRecord(f"unknown or malformed record type {name!r}")
         try:
-            rec = cls(**{k: v if type(v) in leaves else decode(v, d)
-                         for k, v in value["v"].items()})
+            fields = value["v"]
+            make = _MAKERS.get(cls) if leaves else None
+            rec = make(fields, d) if make is not None else _NONE
+            if rec is _NONE:
+                rec = cls(**{k: v if type(v) in leaves else decode(v, d)
+                             for k, v in fields.items()})
             if cls is not ledger.Outcome:   # an answer carrying any record, not a stored record
                 check_fields(rec)
         except TypeError as exc:
@@ -170,6 +177,39 @@ def decode(value: Any, _depth: int = 0) -> Any:
         except ValueError as exc:
             raise InvalidRecord(f"{name} has no value {value.get('v')!r}") from exc
     raise InvalidRecord("untagged mapping in encoded record")
+
+
+def _maker(cls: type) -> Any:
+    """A function building a ``cls`` from its encoded fields as ``cls(**fields)`` does (each field
+    decoded, its leaves taken as they are), compiled once: when the mapping holds exactly the
+    class's fields in their order (what :func:`dumps` writes), else it answers ``_NONE`` and
+    :func:`decode` builds it by the call (which names what is wrong). None for a class that is
+    not a plain frozen record (its ``__init__`` may do more than fill the fields)."""
+    names = _fields(cls)
+    if (not names or hasattr(cls, "__post_init__")
+            or any(not f.init or not f.name.isidentifier() for f in dataclasses.fields(cls))):
+        return None
+    lines = ["def make(v, d):", f"    if len(v) != {len(names)} or tuple(v) != NAMES:",
+             "        return MISS"]
+    for i, n in enumerate(names):
+        lines += [f"    x{i} = v[{n!r}]", f"    if type(x{i}) not in LEAVES:",
+                  f"        x{i} = DECODE(x{i}, d)"]
+    lines += ["    out = NEW(T)", "    a = out.__dict__"]
+    lines += [f"    a[{n!r}] = x{i}" for i, n in enumerate(names)]
+    lines.append("    return out")
+    env: dict[str, Any] = {"NAMES": names, "MISS": _NONE, "LEAVES": _LEAVES, "DECODE": decode,
+                           "NEW": object.__new__, "T": cls}
+    exec("\n".join(lines), env)   # the field names of our own records, identifiers (checked)
+    return env["make"]
+
+
+#: Per record class the codec decodes: its compiled builder (see :func:`_maker`), if it has one.
+_MAKERS: dict[type, Any] = {}
+for _cls in _TYPES.values():
+    if dataclasses.is_dataclass(_cls):
+        _made = _maker(_cls)
+        if _made is not None:
+            _MAKERS[_cls] = _made
 
 
 #: Built once: ``json.dumps`` with non-default options builds a new encoder on every call. No
@@ -370,5 +410,3 @@ def loads(text: str | bytes) -> Any:
             raise InvalidRecord(f"corrupt record: {type(exc).__name__}: {str(exc)[:200]}") from exc
     return decode(raw)
 
-
-_NONE = object()
