@@ -200,3 +200,12 @@ def refuse_first_version(cand: Any, version: Any) -> tuple[bool, str]:
 
 REFUSING = _kind("refusing", small, assessor=refuse_first_version,
                  retry=RetryPolicy(maximum_attempts=2, initial_interval=0.01))
+
+
+async def slow_inputs(version: str) -> dict[str, str]:
+    """A loader slower than the kind's lease (1.2 s): fetching the report takes a while."""
+    await asyncio.sleep(2.0)
+    return parts_for(version)
+
+
+SLOW_INPUTS = _kind("slow_inputs", small, inputs=slow_inputs)

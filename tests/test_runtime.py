@@ -320,3 +320,20 @@ async def test_a_refused_candidate_stops_its_attempt_and_is_judged_once(url: str
         h2 = await rt.start(K.REFUSING, "digest/accepted", "v2", K.parts_for("v2"))
         done = await asyncio.wait_for(h2.result(), 20)
         assert done.acceptance.version == "v2" and len(done.attempts) == 1
+
+
+async def test_an_inputs_loader_longer_than_the_lease_is_not_taken_over(url: str) -> None:
+    """The runtime's admission is the attempt's claim, so its lease runs while the kind's
+    inputs loader runs: it is renewed meanwhile, and another runtime on the same ledger sees a
+    live attempt, not a silent one."""
+    backend = await outlive.open_backend(url)
+    try:
+        async with Runtime(backend, [K.SLOW_INPUTS], discover=0.1), \
+                Runtime(backend, [K.SLOW_INPUTS], discover=0.1), \
+                Runtime(backend, [], supervise=False, report_errors=False) as client:
+            # started by a client: the runtimes that find it hold no parts and call the loader
+            h = await client.start("slow_inputs", "digest/slow-inputs", "v1", K.parts_for("v1"))
+            done = await asyncio.wait_for(h.result(), 30)
+    finally:
+        await backend.close()
+    assert len(done.attempts) == 1

@@ -1101,12 +1101,27 @@ class Runtime:
         loaded = await _maybe(resolve(w.kind.inputs)(version))
         return dict(loaded)
 
+    async def _inputs_renewing(self, w: _Work, att: Attempt) -> Mapping[str, Any] | None:
+        """The attempt's inputs. It is claimed (and leased) from its admission, so a kind's
+        inputs loader slower than a heartbeat interval renews the lease meanwhile."""
+        load = asyncio.ensure_future(self._inputs(w, att.pinned_version))
+        try:
+            while not (await asyncio.wait({load}, timeout=w.kind.lease.heartbeat_interval
+                                          / 1000))[0]:
+                with contextlib.suppress(OutliveError):   # a missed beat is what leases are for
+                    await _observe.execute(self._backend, w.work_id, L.Heartbeat(
+                        attempt=att.number, token=att.token, at=self.clock(), secret=att.secret))
+        finally:
+            if not load.done():
+                load.cancel()
+        return load.result()
+
     async def _run(self, w: _Work, att: Attempt, read: WorkState | None = None) -> None:
         """Run one attempt admitted (and claimed) here; its end is an event for the scheduler.
         ``read``: the work as read just before the admission, nothing else written since."""
         worker: Worker | None = None
         try:
-            inputs = await self._inputs(w, att.pinned_version)
+            inputs = await self._inputs_renewing(w, att)
             fn = resolve(w.kind.attempt)
             worker = Worker(self._backend, att, inputs, persist=w.kind.persist, clock=self.clock)
             worker.sync_in_thread = w.kind.sync_steps == "thread"
