@@ -245,6 +245,9 @@ class _Work:
     #: A pass over it is under way; ``again``: something happened meanwhile, pass once more.
     passing: bool = False
     again: bool = False
+    #: The read recovery made of it, for its first pass (a thousand works recovered are read
+    #: once each, not twice); every decision made from it is checked by the ledger anyway.
+    read: WorkState | None = None
 
 
 class WorkHandle:
@@ -488,6 +491,7 @@ class Runtime:
         if k is not None and self.supervise:
             w = self._watch(work_id, k)
             w.inputs[version] = dict(parts)
+            w.read = None   # written since any read recovery made
             self._wake(work_id)
         if self._backend.listens:
             await self._backend.notify(f"started {work_id}")
@@ -538,6 +542,7 @@ class Runtime:
             w = self._watch(work_id, kind)   # a completed work is carried on for the new version
             w.ended = False
             w.inputs[version] = dict(parts)
+            w.read = None   # written since any read recovery made
             self._wake(work_id)
         if self._backend.listens:
             await self._backend.notify(f"published {work_id}")
@@ -637,7 +642,9 @@ class Runtime:
             kind = self.kinds[st.kind]
             if status_of(st, kind) in ("completed", "failed"):
                 return
-            self._watch(wid, kind)
+            w = self._watch(wid, kind)
+            if not w.passing and w.task is None:
+                w.read = st
             self._wake(wid)
         for i in range(0, len(ids), _PASSES):   # reads side by side, in the order listed
             await asyncio.gather(*(recover(wid) for wid in ids[i:i + _PASSES]))
@@ -826,7 +833,7 @@ class Runtime:
 
     async def _pass(self, w: _Work) -> None:
         """One decision for one work, from one read of its ledger (and one after each write)."""
-        st = await self._load(w.work_id)
+        st, w.read = (w.read, None) if w.read is not None else (await self._load(w.work_id), None)
         kind = w.kind
         if self._settle(w, st):
             return
