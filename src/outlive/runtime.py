@@ -937,9 +937,6 @@ class Runtime:
             st = await self._load(w.work_id)
             cur = st.current_attempt
             if cur is not None and L.is_leased(cur):
-                # another runtime admitted it first: its lease, or its runtime's end if sooner
-                if cur.runner is not None and cur.runner != self.runner:
-                    self._watch_runner(cur.runner, w.work_id)
                 self._at(cur.last_heartbeat + kind.lease.timeout + 1, w.work_id)
             return
         except BaseException:
@@ -970,6 +967,9 @@ class Runtime:
     def _watch_runner(self, runner: str, work_id: str) -> None:
         """Pass over ``work_id`` again the moment ``runner`` ends (where the backend can tell)."""
         if runner in self._unwatchable:
+            return
+        if runner in self._gone:   # ended already: one pass more, no new watch
+            self._wake(work_id)
             return
         works = self._watched.get(runner)
         if works is not None:
