@@ -210,6 +210,11 @@ class _Context(AttemptContext):
         return await self._verdict(cand, interval, fut)
 
 
+def _assessor(kind: Kind) -> Assessor:
+    """The kind's assessor (the mechanical checks alone when it names none)."""
+    return resolve(kind.assessor) if kind.assessor is not None else accept_all
+
+
 #: How many works the scheduler passes over side by side (and recovery reads at once).
 _PASSES = 32
 
@@ -833,7 +838,9 @@ class Runtime:
 
     async def _pass(self, w: _Work) -> None:
         """One decision for one work, from one read of its ledger (and one after each write)."""
-        st, w.read = (w.read, None) if w.read is not None else (await self._load(w.work_id), None)
+        st, w.read = w.read, None
+        if st is None:
+            st = await self._load(w.work_id)
         kind = w.kind
         if self._settle(w, st):
             return
@@ -864,15 +871,16 @@ class Runtime:
             if alive_here and cur.state is not AttemptState.WAITING:
                 return   # running here: its end is an event, its lease needs no timer
             lease = kind.lease
+            # the runtime that runs it elsewhere, when the attempt names one
+            other = cur.runner if not here and cur.runner not in (None, self.runner) else None
             gone = (here and not alive_here) or (
-                not here and cur.runner is not None and cur.runner != self.runner
-                and await self._runner_gone(cur.runner))
+                other is not None and await self._runner_gone(other))
             why = L.suspicion(cur, self.clock(), timeout=lease.timeout,
                               start_grace=lease.start_grace, wait_limit=lease.wait_limit,
                               runner_gone=gone)
             if why is None:
-                if not here and cur.runner is not None and cur.runner != self.runner:
-                    self._watch_runner(cur.runner, w.work_id)
+                if other is not None:
+                    self._watch_runner(other, w.work_id)
                 due = L.suspect_at(cur, timeout=lease.timeout, start_grace=lease.start_grace,
                                    wait_limit=lease.wait_limit)
                 if due is not None:
@@ -1014,20 +1022,17 @@ class Runtime:
         if (seen.refusal(cand.digest, kind.contract) is not None
                 or L.accepted(seen, cand.digest, kind.contract) is not None):
             return None   # judged before this attempt: the pass answers without judging again
-        assessor: Assessor = (resolve(kind.assessor) if kind.assessor is not None
-                              else accept_all)
         try:
             return await self._controller(kind).judge(
                 w.work_id, cand, seen.version(cand.version) if cand.version else None,
-                kind.contract, assessor)
+                kind.contract, _assessor(kind))
         except OutliveError:
             return None
 
     async def _judge(self, w: _Work, st: WorkState, ctl: Controller) -> bool:
         """Judge the candidates this runtime's attempt waits on; True if anything was written."""
         wrote = False
-        assessor: Assessor = (resolve(w.kind.assessor) if w.kind.assessor is not None
-                              else accept_all)
+        assessor = _assessor(w.kind)
         for digest, fut in list(w.verdicts.items()):
             if fut.done():
                 w.verdicts.pop(digest, None)
