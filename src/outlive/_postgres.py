@@ -588,8 +588,13 @@ class PostgresLedger:
     async def release_runner(self, runner: str) -> None:
         conn = self._runners.pop(runner, None)
         if conn is not None:
-            with contextlib.suppress(ValueError):
-                self._all.remove(conn)
+            await self._close_own(conn)
+
+    async def _close_own(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Close a connection of its own (:meth:`_connect`, not the pool's) before the ledger."""
+        with contextlib.suppress(ValueError):
+            self._all.remove(conn)
+        with contextlib.suppress(psycopg.Error, OSError):
             await conn.close()
 
     async def runner_gone(self, runner: str) -> bool:
@@ -617,10 +622,7 @@ class PostgresLedger:
             await conn.execute("SELECT pg_advisory_unlock(%s, %s)",
                                (_RUNNER_NS, _runner_key(runner)))
         finally:
-            with contextlib.suppress(ValueError):
-                self._all.remove(conn)
-            with contextlib.suppress(Exception):
-                await conn.close()
+            await self._close_own(conn)
         return True
 
     async def listen(self) -> AsyncIterator[str]:
