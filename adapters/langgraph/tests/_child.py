@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import outlive
 from outlive import Contract, Controller, Worker
@@ -45,9 +45,11 @@ async def first(db: str, arg: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def program(db: str, at: str) -> None:
-    """Attempt #1 as an ``@entrypoint`` of ``outlive_task`` steps under ``durability="sync"``;
-    SIGKILL the instant the ``outlive_task`` call for step ``at`` returns inside the entrypoint."""
+async def program(db: str, at: str, durability: Literal["sync", "async"] = "sync") -> None:
+    """Attempt #1 as an ``@entrypoint`` of ``outlive_task`` steps under ``durability``; SIGKILL
+    the instant the ``outlive_task`` call for step ``at`` returns inside the entrypoint (under
+    "async" its journal write maybe still in flight). Under "async", before the step after the
+    first one, wait for a line on stdin (the parent holds the work's row meanwhile)."""
     from langgraph.func import entrypoint
 
     from outlive_langgraph import LangGraphBackend, outlive_task, run
@@ -65,43 +67,15 @@ async def program(db: str, at: str) -> None:
 
     @entrypoint(checkpointer=b.checkpointer)
     async def digest(report: dict[str, str]) -> None:
-        for k, text in report.items():
-            await summarise(text=text)
-            say("done", k)
-            if k == at:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    await run(digest, V1, worker=w, durability="sync")
-
-
-async def program_async(db: str, at: str) -> None:
-    """Attempt #1 as ``program`` under ``durability="async"``: after step ``at``'s call returned
-    (its journal write maybe still in flight) say so and SIGKILL; before the step after the
-    first one, wait for a line on stdin (the parent holds the work's row meanwhile)."""
-    from langgraph.func import entrypoint
-
-    from outlive_langgraph import LangGraphBackend, outlive_task, run
-
-    b = await outlive.open_backend(_url(db))
-    assert isinstance(b, LangGraphBackend)
-    _ctl, w = await first_attempt(b, clock=lambda: 1)
-    section_of = {text: k for k, text in V1.items()}
-
-    @outlive_task(step=lambda text: section_of[text])
-    async def summarise(text: str) -> dict[str, Any]:
-        return {"summary": text, "by": 1}
-
-    @entrypoint(checkpointer=b.checkpointer)
-    async def digest(report: dict[str, str]) -> None:
         for i, (k, text) in enumerate(report.items()):
-            if i == 1:
+            if i == 1 and durability == "async":
                 await asyncio.to_thread(sys.stdin.readline)
             await summarise(text=text)
             say("done", k)
             if k == at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    await run(digest, V1, worker=w, durability="async")
+    await run(digest, V1, worker=w, durability=durability)
 
 
 async def second(db: str) -> None:
@@ -142,6 +116,6 @@ if __name__ == "__main__":
     elif mode == "program":
         asyncio.run(program(db, sys.argv[3]))
     elif mode == "program-async":
-        asyncio.run(program_async(db, sys.argv[3]))
+        asyncio.run(program(db, sys.argv[3], "async"))
     else:
         asyncio.run(second(db))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import select
 import signal
 import subprocess
@@ -168,6 +169,15 @@ async def test_an_async_step_returns_with_its_write_in_flight_and_the_run_lands_
     assert await _task_rows(backend) == 3   # LangGraph's row for each task, once
 
 
+async def _take_over(other: Any) -> None:
+    """Elsewhere, while #1's write is held: v2 published, #1 suspected, #2 admitted and
+    started, so #1's write in flight is stale."""
+    ctl = Controller(other, clock=lambda: 0)
+    await ctl.publish("q3", "v2", V2)
+    await other.execute("q3", Controller(other).stamp(L.MarkUnknown(attempt=1, at=5)))
+    await Worker(other, await ctl.admit("q3"), V2).start()
+
+
 async def test_a_refusal_of_a_write_in_flight_raises_at_the_barrier(
         pg_backend: LangGraphBackend) -> None:
     """#2 is admitted while #1's write of step 0 is in flight: the user's code has gone on
@@ -179,15 +189,7 @@ async def test_a_refusal_of_a_write_in_flight_raises_at_the_barrier(
         _ctl, w = await first_attempt(backend)
         held = _Held(backend, 0)
         after: list[int] = []
-
-        async def takeover() -> None:
-            ctl = Controller(other, clock=lambda: 0)
-            await ctl.publish("q3", "v2", V2)
-            await other.execute("q3", Controller(other).stamp(L.MarkUnknown(attempt=1, at=5)))
-            w2 = Worker(other, await ctl.admit("q3"), V2)
-            await w2.start()
-
-        held.then = takeover
+        held.then = functools.partial(_take_over, other)
         with pytest.raises(outlive.StaleOwner):
             await run(_program(backend, held, after), 3, worker=w, durability="async")
         assert not held.ran_out, "the step's call waited for its commit"
@@ -353,13 +355,7 @@ async def test_a_refused_node_entry_in_flight_lands_nothing_of_its_superstep(
         held = _Held(backend, 0)
         bodies: list[int] = []
 
-        async def takeover() -> None:
-            ctl = Controller(other, clock=lambda: 0)
-            await ctl.publish("q3", "v2", V2)
-            await other.execute("q3", Controller(other).stamp(L.MarkUnknown(attempt=1, at=5)))
-            await Worker(other, await ctl.admit("q3"), V2).start()
-
-        held.then = takeover
+        held.then = functools.partial(_take_over, other)
 
         async def body(state: _Loop) -> dict[str, int]:
             bodies.append(state["i"])
