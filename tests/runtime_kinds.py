@@ -157,8 +157,13 @@ async def paced(ctx: outlive.AttemptContext) -> None:
     async def summarise_slowly(**inputs: Any) -> str:
         await asyncio.sleep(0.02)   # a model call's pace: a kill finds the rest in flight
         return summarise(**inputs)
-    for part in SECTIONS:
+    for i, part in enumerate(SECTIONS):
         await w.step(part, summarise_slowly, **{part: ctx.inputs[part]})
+        if i == 0 and int(w.work_id.rsplit("/", 1)[1]) >= 10:
+            # works past the tenth wait after their first step while the gate file exists
+            while os.environ.get("OUTLIVE_TEST_GATE") and \
+                    os.path.exists(os.environ["OUTLIVE_TEST_GATE"]):
+                await asyncio.sleep(0.02)
     acc = await ctx.submit({p: w.result(p) for p in SECTIONS})
     await w.effect(f"announce:{w.work_id}:{acc.digest[:8]}", {"digest": acc.digest}, send=post)
 

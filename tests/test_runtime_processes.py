@@ -58,9 +58,13 @@ async def _count(rt: Runtime, state: str) -> int:
     return len(await rt.works(state=state, kind="recover"))
 
 
-async def test_a_killed_runtime_started_again_completes_every_work_once(tmp_path: Path) -> None:
+async def test_a_killed_runtime_started_again_completes_every_work_once(
+        tmp_path: Path, monkeypatch: Any) -> None:
     url = f"sqlite:///{tmp_path / 'o.db'}"
     receiver = tmp_path / "receiver.db"
+    gate = tmp_path / "gate"   # holds the works past the tenth after their first step
+    gate.touch()
+    monkeypatch.setenv("OUTLIVE_TEST_GATE", str(gate))
     n = 120
     first = _serve(url, receiver, "runtime_kinds:RECOVER")
     second = None
@@ -68,12 +72,14 @@ async def test_a_killed_runtime_started_again_completes_every_work_once(tmp_path
         async with Runtime(url, [], supervise=False, report_errors=False) as client:
             for i in range(n):
                 await client.start("recover", f"r/{i}", "v1", K.parts_for("v1"))
-            for _ in range(3000):   # until the first is done: the rest are in flight
-                if (await client.handle("r/0").state()).status == "completed":
+            for _ in range(3000):   # the first done, others held at the gate mid-attempt
+                if (await client.handle("r/0").state()).status == "completed" and \
+                        (await client.handle("r/10").state()).state.journal:
                     break
                 await asyncio.sleep(0.01)
             first.send_signal(signal.SIGKILL)
             first.wait()
+            gate.unlink()
             done_before = await _count(client, "completed")
             assert done_before < n, "the kill came too late to find works in flight"
             second = _serve(url, receiver, "runtime_kinds:RECOVER")
