@@ -122,7 +122,7 @@ def _listening() -> bool:
     """Whether a write's fields are wanted (INFO is logged, or a span records): a step's are
     built only then, since this runs on every step's path."""
     return log.isEnabledFor(logging.INFO) or (
-        _otel is not None and _otel.get_current_span().is_recording())
+        _tracing() and _otel.get_current_span().is_recording())
 
 
 def _step_fields(call: StepCall) -> dict[str, Any]:

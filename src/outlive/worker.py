@@ -375,10 +375,11 @@ class Worker:
                         step=name, input_key=key, persist=self.persist)
         return _Prepared(self, name, sources, key, rid, call, body, external, tuple(derived))
 
-    def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool) -> None:
+    def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool,
+                  journaled: bool = False) -> None:
         # a copy of a result just run: the caller holds the one returned and may change it; what
         # this attempt submits or hands to a derived step is what was journaled
-        self._results[p.name] = result if restored else clone(result)
+        self._results[p.name] = result if restored or journaled else clone(result)
         self._parts[p.name] = (p.key, p.sources, result_id, p.external)
         self.steps[p.name] = _STEP_RECORD(step=p.name, input_key=p.key, result_id=result_id,
                                           restored=restored)
@@ -412,8 +413,14 @@ class Worker:
         if self._restore(p):
             return clone(self._results[name])
         if self.persist == "step":
-            result, _ = await _observe.run_and_record(self.backend, p.call, p.body, p.record)
+            result, out = await _observe.run_and_record(self.backend, p.call, p.body, p.record)
             self.last_sign = self.clock()   # the journal write was a sign of life
+            entry = out.record
+            if type(entry) is JournalEntry and entry.result_id == p.rid \
+                    and entry.result is not result:
+                # what was journaled, as the ledger keeps it (never changed): no copy to take
+                self._remember(p, entry.result, p.rid, restored=False, journaled=True)
+                return result
         else:
             result = await self.backend.run_step(p.call, p.body)
             L.check_size(result, "result of step {!r}", name)

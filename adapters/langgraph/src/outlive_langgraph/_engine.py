@@ -260,7 +260,10 @@ class OutliveTask(Generic[P, T]):
             worker = current_worker()
             # The envelope this task returns is LangGraph's write of it: the backend commits it
             # with the step's journal entry (one transaction) when it can tell where it goes.
-            merges = getattr(worker.backend, "merges_task_writes", False)
+            # Progress saved at the end (``"exit"``) writes no entry per step: nothing to merge
+            # or to wait for, so the step runs right here, not in a task of its own.
+            merges = worker.persist == "step" and getattr(worker.backend, "merges_task_writes",
+                                                          False)
             pending = PendingTaskWrite(step=step, slot=running_task_write() if merges else None,
                                        make=_envelope, value=[])
             returned = _RETURNED.get()
