@@ -337,3 +337,67 @@ async def test_an_inputs_loader_longer_than_the_lease_is_not_taken_over(url: str
     finally:
         await backend.close()
     assert len(done.attempts) == 1
+
+
+async def test_a_work_whose_admission_lost_to_another_runtime_is_taken_over_when_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runtimes a and b both find a new work; a admits it first and b's admission is refused
+    (AttemptActive). a then ends with the attempt running (closed: its attempts stay in the
+    ledger, as after a crash). b takes the attempt over as soon as a's runner is gone, not at
+    the attempt's lease (a minute here): it watches the runtime that won the admission."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setattr(K, "GATE", str(gate))
+    a_running = asyncio.Event()
+    b_refused: list[str] = []
+    a = Runtime(url, [K.HELD], name="a", discover=0.05, report_errors=False)
+    b = Runtime(url, [K.HELD], name="b", discover=0.05, report_errors=False)
+    make = b._controller
+
+    def controller(kind: outlive.Kind | None) -> outlive.Controller:
+        ctl = make(kind)
+        if not getattr(ctl, "_late", False):
+            admit = ctl._admit
+
+            async def after_a(*args: object, **kwargs: object) -> object:
+                await a_running.wait()   # b read the work before a admitted it
+                try:
+                    return await admit(*args, **kwargs)   # type: ignore[arg-type]
+                except outlive.AttemptActive:
+                    b_refused.append("refused")
+                    raise
+
+            ctl._admit = after_a   # type: ignore[method-assign]
+            ctl._late = True   # type: ignore[attr-defined]
+        return ctl
+
+    b._controller = controller   # type: ignore[method-assign]
+    async with Runtime(url, [], supervise=False, report_errors=False) as client:
+        await a.open()
+        await b.open()
+        try:
+            await client.start("held", "w", "v1", K.parts_for("v1"))
+            for _ in range(500):
+                st = (await client.handle("w").state()).state
+                if st.current_attempt is not None and st.current_attempt.runner == a.runner:
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("a never admitted the work")
+            a_running.set()
+            for _ in range(500):
+                if b_refused:
+                    break
+                await asyncio.sleep(0.02)
+            assert b_refused, "b's admission was never refused"
+            await a.close()   # its attempt is left running in the ledger, its runner released
+            gate.unlink()
+            await asyncio.wait_for(client.handle("w").result(), 20)   # the lease is 60 s
+        finally:
+            await a.close()
+            await b.close()
+        st = (await client.handle("w").state()).state
+    assert [att.runner for att in st.attempts] == [a.runner, b.runner]
+    assert st.attempts[0].state is AttemptState.UNKNOWN
+    assert len(st.acceptances) == 1

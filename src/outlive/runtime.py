@@ -945,6 +945,9 @@ class Runtime:
             st = await self._load(w.work_id)
             cur = st.current_attempt
             if cur is not None and L.is_leased(cur):
+                # another runtime admitted it first: its lease, or that runtime's end if sooner
+                if cur.runner is not None and cur.runner != self.runner:
+                    self._watch_runner(cur.runner, w.work_id)
                 self._at(cur.last_heartbeat + kind.lease.timeout + 1, w.work_id)
             return
         except BaseException:
