@@ -276,6 +276,17 @@ async def _takeover(url: str, feed: Path, rounds: int) -> dict[str, Any]:
     return {"lag_ms": lags, "lease_ms": kind.lease.timeout, "repaused": repaused}
 
 
+def _until_stopped(pid: int) -> None:
+    """Wait until ``pid`` is stopped: a signal is delivered after ``kill`` returns, so a check
+    made at once can find the lock free just before the process, still running, takes it."""
+    stat = Path(f"/proc/{pid}/stat")
+    while stat.exists():
+        # the state is the field after the command's closing parenthesis
+        if stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+            return
+        time.sleep(0.0005)
+
+
 def _pause_outside_the_write_lock(proc: subprocess.Popen[bytes], url: str) -> int:
     """SIGSTOP ``proc`` where it holds no SQLite write lock (an embedded file cannot fence a
     process paused *inside* its write: every other writer waits for it, as the sqlite backend's
@@ -286,6 +297,7 @@ def _pause_outside_the_write_lock(proc: subprocess.Popen[bytes], url: str) -> in
     retried = 0
     while True:
         proc.send_signal(signal.SIGSTOP)
+        _until_stopped(proc.pid)
         if not url.startswith("sqlite:"):
             return retried
         conn = sqlite3.connect(path, timeout=0.05, isolation_level=None)
