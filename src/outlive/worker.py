@@ -418,7 +418,7 @@ class Worker:
             entry = out.record
             if type(entry) is JournalEntry and entry.result_id == p.rid \
                     and entry.result is not result:
-                # the outcome's copy of what was journaled, which nothing else holds: kept as is
+                # the journaled result as the outcome carries it (changed by no one): kept as is
                 self._remember(p, entry.result, p.rid, restored=False, journaled=True)
                 return result
         else:
