@@ -31,8 +31,11 @@ async def test_the_port_is_accepted_with_the_roll_journaled(tmp_path: Path) -> N
     done, state = await after.main(f"sqlite:///{tmp_path / 'd.db'}")
     assert done.acceptance.version == "v1"
     steps = {e.step: e.result for e in state.journal}
-    assert list(steps) == ["model:0", "tool:1:pyd_ai_tool_call_id__roll_dice",
-                           "tool:1:pyd_ai_tool_call_id__get_player_name", "model:1", "assembly"]
+    order = list(steps)
+    # pydantic-ai runs the model's two tool calls side by side: journaled as each ends
+    assert order[0] == "model:0" and order[3:] == ["model:1", "assembly"], order
+    assert set(order[1:3]) == {"tool:1:pyd_ai_tool_call_id__roll_dice",
+                               "tool:1:pyd_ai_tool_call_id__get_player_name"}, order
     roll = steps["tool:1:pyd_ai_tool_call_id__roll_dice"]
     answer = state.candidate(done.acceptance.digest).content["answer"]
     assert f'"roll_dice":"{roll}"' in answer and '"get_player_name":"Anne"' in answer
