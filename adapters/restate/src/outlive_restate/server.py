@@ -43,6 +43,11 @@ from outlive._launch import (
 
 from ._dispatch import LEASE
 
+#: Starts on new ports after a port was taken between its pick and the server's bind.
+_PORT_TRIES = 3
+#: The server's node name: its data lives in a directory of that name in the base dir.
+_NODE = "outlive"
+
 __all__ = ["BINARY_ENV", "RestateServer", "default_binary", "free_port", "main"]
 
 #: Environment variable that overrides the restate-server binary.
@@ -85,20 +90,25 @@ class RestateServer(Launcher):
         self.ledger = ledger
         #: Directories put first on the deployment's PYTHONPATH (where ``app`` lives).
         self.pythonpath = tuple(pythonpath)
-        self.ingress_port = free_port()
-        self.admin_port = free_port()
-        self.fabric_port = free_port()
-        self.deployment_port = free_port()
         if replicas < 1:
             raise LaunchError("a deployment has at least one replica")
-        #: With more than one replica, each serves the app on a port of its own behind a
-        #: balancer on :attr:`deployment_port` (the registered address), per HTTP/2 stream.
-        self.replica_ports = [free_port() for _ in range(replicas)] if replicas > 1 else []
+        self._replica_count = replicas
+        self._pick_ports()
         self.server: subprocess.Popen[bytes] | None = None
         self.deployment: subprocess.Popen[bytes] | None = None
         #: Every replica's process (the one :attr:`deployment` when there is one replica).
         self.replicas: list[subprocess.Popen[bytes]] = []
         self.balancer: subprocess.Popen[bytes] | None = None
+
+    def _pick_ports(self) -> None:
+        self.ingress_port = free_port()
+        self.admin_port = free_port()
+        self.fabric_port = free_port()
+        self.deployment_port = free_port()
+        #: With more than one replica, each serves the app on a port of its own behind a
+        #: balancer on :attr:`deployment_port` (the registered address), per HTTP/2 stream.
+        self.replica_ports = ([free_port() for _ in range(self._replica_count)]
+                              if self._replica_count > 1 else [])
 
     @property
     def url(self) -> str:
@@ -115,16 +125,30 @@ class RestateServer(Launcher):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> RestateServer:
-        """Start the server and the deployment, register it, wait for a real call."""
-        try:
-            self.start_server()
-            self.start_deployment()
-            self.register()
-            self.wait_callable()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        """Start the server and the deployment, register it, wait for a real call.
+
+        A port found free can be taken before the server binds it (another process's
+        connection gets it as its own port): then the server exits at once, and it is started
+        again, on new ports, in a fresh data directory (the first may have kept the old
+        address)."""
+        for tries in range(1, _PORT_TRIES + 1):
+            try:
+                self.start_server()
+                self.start_deployment()
+                self.register()
+                self.wait_callable()
+            except LaunchError as exc:
+                self.stop()
+                if "Address in use" not in str(exc) or tries == _PORT_TRIES:
+                    raise
+                shutil.rmtree(self.base_dir / _NODE, ignore_errors=True)
+                self._pick_ports()
+                continue
+            except BaseException:
+                self.stop()
+                raise
+            return self
+        raise AssertionError("unreachable")   # pragma: no cover
 
     def start_server(self) -> None:
         if not self.binary.exists():
@@ -139,7 +163,7 @@ class RestateServer(Launcher):
             "RESTATE_ADVERTISED_ADDRESS": f"http://127.0.0.1:{self.fabric_port}/",
             "RESTATE_INGRESS__BIND_ADDRESS": f"127.0.0.1:{self.ingress_port}",
             "RESTATE_ADMIN__BIND_ADDRESS": f"127.0.0.1:{self.admin_port}",
-            "RESTATE_NODE_NAME": "outlive",
+            "RESTATE_NODE_NAME": _NODE,
             "RESTATE_LOG_FORMAT": "compact",
             "RESTATE_LOG_FILTER": "warn",
             "RESTATE_DISABLE_TELEMETRY": "true",
