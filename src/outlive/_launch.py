@@ -48,6 +48,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+#: How many times a launcher starts its server on new ports when a port it picked free was taken
+#: before the server bound it (``free_port`` lets the port go: another process's connection
+#: can get it as its own port first).
+PORT_TRIES = 3
+
+
+def port_taken(exc: BaseException) -> bool:
+    """Whether a server's start failed on a port taken meanwhile (its log tail says so)."""
+    text = str(exc).lower()
+    return "address already in use" in text or "address in use" in text
+
+
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
     """Whether something accepts TCP connections on ``host:port``."""
     try:

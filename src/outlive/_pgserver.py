@@ -24,7 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
-from ._launch import Launcher, free_port, launcher_main, port_open, stop_process, wait_until
+from ._launch import (
+    PORT_TRIES,
+    Launcher,
+    free_port,
+    launcher_main,
+    port_open,
+    port_taken,
+    stop_process,
+    wait_until,
+)
 from .errors import BackendUnavailable
 
 __all__ = ["PostgresServer", "main"]
@@ -64,6 +73,8 @@ class PostgresServer(Launcher):
         super().__init__(base if base is not None else base_dir, ready_timeout=ready_timeout)
         self.base = self.base_dir
         self.port = free_port()
+        #: Started once: its port is known to others, so a restart keeps it.
+        self._served = False
         self.proc: subprocess.Popen[bytes] | None = None
         self.bin = _bin_dir()
         self._user: str | None = "postgres" if os.geteuid() == 0 else None
@@ -90,18 +101,25 @@ class PostgresServer(Launcher):
                 subprocess.run([str(self.bin / "initdb"), "-D", str(data), "-U", "outlive",
                                 "--auth=trust", "-E", "UTF8", "--no-sync"],
                                check=True, stdout=log, stderr=log, user=self._user, cwd=self.base)
-        self.proc = self.spawn(
-            [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
-             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.base}",
-             "-c", "max_connections=200", "-c", "fsync=on"],
-            user=self._user, cwd=self.base)
-        try:
-            wait_until(lambda: port_open(self.port, timeout=0.2) and self._ready(),
-                       what="postgres", timeout=timeout or self.ready_timeout, proc=self.proc,
-                       log=self.log_tail, interval=0.1)
-        except BackendUnavailable:
-            self.stop()
-            raise
+        for tries in range(1, PORT_TRIES + 1):
+            self.proc = self.spawn(
+                [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
+                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.base}",
+                 "-c", "max_connections=200", "-c", "fsync=on"],
+                user=self._user, cwd=self.base)
+            try:
+                wait_until(lambda: port_open(self.port, timeout=0.2) and self._ready(),
+                           what="postgres", timeout=timeout or self.ready_timeout,
+                           proc=self.proc, log=self.log_tail, interval=0.1)
+            except BackendUnavailable as exc:
+                self.stop()
+                # a new port only before anyone was given this one's URL
+                if self._served or not port_taken(exc) or tries == PORT_TRIES:
+                    raise
+                self.port = free_port()
+                continue
+            break
+        self._served = True
         return self
 
     def _ready(self) -> bool:

@@ -32,19 +32,19 @@ import click
 import httpx
 
 from outlive._launch import (
+    PORT_TRIES,
     Launcher,
     LaunchError,
     free_port,
     launcher_main,
     port_open,
+    port_taken,
     stop_process,
     wait_until,
 )
 
 from ._dispatch import LEASE
 
-#: Starts on new ports after a port was taken between its pick and the server's bind.
-_PORT_TRIES = 3
 #: The server's node name: its data lives in a directory of that name in the base dir.
 _NODE = "outlive"
 
@@ -131,7 +131,7 @@ class RestateServer(Launcher):
         connection gets it as its own port): then the server exits at once, and it is started
         again, on new ports, in a fresh data directory (the first may have kept the old
         address)."""
-        for tries in range(1, _PORT_TRIES + 1):
+        for tries in range(1, PORT_TRIES + 1):
             try:
                 self.start_server()
                 self.start_deployment()
@@ -139,7 +139,7 @@ class RestateServer(Launcher):
                 self.wait_callable()
             except LaunchError as exc:
                 self.stop()
-                if "Address in use" not in str(exc) or tries == _PORT_TRIES:
+                if not port_taken(exc) or tries == PORT_TRIES:
                     raise
                 shutil.rmtree(self.base_dir / _NODE, ignore_errors=True)
                 self._pick_ports()

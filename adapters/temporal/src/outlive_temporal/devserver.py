@@ -13,6 +13,7 @@ command with ``{url}`` replaced by the server's ``temporal://`` URL, then stops 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -24,11 +25,13 @@ from collections.abc import Sequence
 import click
 
 from outlive._launch import (
+    PORT_TRIES,
     Launcher,
     LaunchError,
     free_port,
     http_ok,
     launcher_main,
+    port_taken,
     stop_process,
     wait_until,
 )
@@ -91,11 +94,16 @@ class DevServer(Launcher):
         self.namespace = namespace
         self.poll_cap_raised = poll_cap_raised
         self.single_partition = single_partition
+        self._pick_ports()
+        #: Started once: its address is known to others, so a restart keeps it.
+        self._served = False
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _pick_ports(self) -> None:
         self.port = free_port()
         self.http_port = free_port()
         self.ui_port = free_port()
         self.metrics_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:
@@ -128,15 +136,22 @@ class DevServer(Launcher):
     def start(self) -> DevServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
-        self.proc = self.spawn(self.command(), start_new_session=True)
-        url = f"http://127.0.0.1:{self.http_port}/api/v1/namespaces/{self.namespace}"
-        try:
-            wait_until(lambda: http_ok(url),
-                       what="temporal dev server", timeout=self.ready_timeout, proc=self.proc,
-                       log=self.log_tail)
-        except LaunchError as exc:
-            self.stop()
-            raise DevServerError(exc.message) from exc
+        for tries in range(1, PORT_TRIES + 1):
+            self.proc = self.spawn(self.command(), start_new_session=True)
+            url = f"http://127.0.0.1:{self.http_port}/api/v1/namespaces/{self.namespace}"
+            try:
+                wait_until(functools.partial(http_ok, url),
+                           what="temporal dev server", timeout=self.ready_timeout,
+                           proc=self.proc, log=self.log_tail)
+            except LaunchError as exc:
+                self.stop()
+                # new ports only before anyone was given this one's address
+                if self._served or not port_taken(exc) or tries == PORT_TRIES:
+                    raise DevServerError(exc.message) from exc
+                self._pick_ports()
+                continue
+            break
+        self._served = True
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
