@@ -1,7 +1,8 @@
 """Launchers start their server again on new ports when a port they picked free was taken before
 the server bound it (``free_port`` lets the port go; another process's connection can get it as
 its own port first), but only at the first start: a restarted server keeps the address its
-clients were given."""
+clients were given. Without that, a fixture's server failed to start, and every test of its
+module with it (seen in a CI run with two test workers, on restate-server's fabric port)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import pytest
 
 from outlive._pgserver import PostgresServer
 from outlive.errors import BackendUnavailable
+from outlive_restate.server import RestateServer
+from outlive_temporal.devserver import DevServer
 
 
 @contextmanager
@@ -40,3 +44,19 @@ def test_a_restarted_postgres_keeps_its_port_and_says_it_is_taken() -> None:
         with squatting(port), pytest.raises(BackendUnavailable, match="in use"):
             srv.start(timeout=10)
         assert srv.port == port
+
+
+def test_the_temporal_dev_server_starts_on_new_ports_when_its_port_was_taken() -> None:
+    srv = DevServer()
+    taken = srv.port
+    with squatting(taken), srv:
+        assert srv.port != taken
+        assert srv.address.endswith(f":{srv.port}")
+
+
+def test_the_restate_server_starts_on_new_ports_when_its_port_was_taken() -> None:
+    srv = RestateServer()
+    taken = srv.fabric_port
+    with squatting(taken), srv:
+        assert srv.fabric_port != taken
+        assert httpx.get(f"{srv.admin}/health", timeout=5).status_code == 200
