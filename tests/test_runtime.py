@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 import runtime_kinds as K
@@ -349,36 +350,47 @@ async def test_a_work_whose_admission_lost_to_another_runtime_is_taken_over_when
     gate = tmp_path / "gate"
     gate.touch()
     monkeypatch.setattr(K, "GATE", str(gate))
-    a_running = asyncio.Event()
+    b_read = asyncio.Event()      # b read the work with no attempt and goes to admit it
+    a_running = asyncio.Event()   # a admitted it: b's admission may go now
     b_refused: list[str] = []
     a = Runtime(url, [K.HELD], name="a", discover=0.05, report_errors=False)
     b = Runtime(url, [K.HELD], name="b", discover=0.05, report_errors=False)
-    make = b._controller
 
-    def controller(kind: outlive.Kind | None) -> outlive.Controller:
-        ctl = make(kind)
-        if not getattr(ctl, "_late", False):
-            admit = ctl._admit
+    def admitting(rt: Runtime, before: Any) -> None:
+        """``rt``'s admissions run ``before()`` first (and note a refusal)."""
+        make = rt._controller
 
-            async def after_a(*args: object, **kwargs: object) -> object:
-                await a_running.wait()   # b read the work before a admitted it
-                try:
-                    return await admit(*args, **kwargs)   # type: ignore[arg-type]
-                except outlive.AttemptActive:
-                    b_refused.append("refused")
-                    raise
+        def controller(kind: outlive.Kind | None) -> outlive.Controller:
+            ctl = make(kind)
+            if not getattr(ctl, "_late", False):
+                admit = ctl._admit
 
-            ctl._admit = after_a   # type: ignore[method-assign]
-            ctl._late = True   # type: ignore[attr-defined]
-        return ctl
+                async def late(*args: Any, **kwargs: Any) -> Any:
+                    await before()
+                    try:
+                        return await admit(*args, **kwargs)
+                    except outlive.AttemptActive:
+                        b_refused.append(rt.name)
+                        raise
 
-    b._controller = controller   # type: ignore[method-assign]
+                ctl._admit = late   # type: ignore[method-assign]
+                ctl._late = True   # type: ignore[attr-defined]
+            return ctl
+
+        rt._controller = controller   # type: ignore[method-assign]
+
+    async def b_before() -> None:
+        b_read.set()
+        await a_running.wait()
+
+    admitting(a, b_read.wait)   # a admits only once b has read the work without an attempt
+    admitting(b, b_before)
     async with Runtime(url, [], supervise=False, report_errors=False) as client:
         await a.open()
         await b.open()
         try:
             await client.start("held", "w", "v1", K.parts_for("v1"))
-            for _ in range(500):
+            for _ in range(1000):
                 st = (await client.handle("w").state()).state
                 if st.current_attempt is not None and st.current_attempt.runner == a.runner:
                     break
@@ -386,11 +398,11 @@ async def test_a_work_whose_admission_lost_to_another_runtime_is_taken_over_when
             else:
                 raise AssertionError("a never admitted the work")
             a_running.set()
-            for _ in range(500):
+            for _ in range(1000):
                 if b_refused:
                     break
                 await asyncio.sleep(0.02)
-            assert b_refused, "b's admission was never refused"
+            assert b_refused == ["b"], "b's admission was never refused"
             await a.close()   # its attempt is left running in the ledger, its runner released
             gate.unlink()
             await asyncio.wait_for(client.handle("w").result(), 20)   # the lease is 60 s
