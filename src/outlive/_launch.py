@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from .errors import BackendUnavailable
 
@@ -40,6 +40,8 @@ LAUNCHERS: dict[str, tuple[str, str]] = {
 class LaunchError(BackendUnavailable):
     """A launcher could not find its binary or its server did not come up; the message says why."""
 
+
+T = TypeVar("T")
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A currently free TCP port on ``host`` (loopback by default)."""
@@ -196,6 +198,24 @@ class Launcher(abc.ABC):
         self.base_dir = Path(base_dir) if base_dir is not None else Path(
             tempfile.mkdtemp(prefix=f"outlive-{self.name}-"))
         self.ready_timeout = ready_timeout
+        #: Started once: its address is known to others, so a restart keeps its ports.
+        self._served = False
+
+    def _on_free_ports(self, start: Callable[[], T], repick: Callable[[], None]) -> T:
+        """``start()`` (which stops what it started if it fails); when it failed on a port taken
+        since it was picked free, ``repick()`` and start again, up to :data:`PORT_TRIES` times -
+        at the first start only: a restarted server keeps the address its clients were given."""
+        for tries in range(1, PORT_TRIES + 1):
+            try:
+                out = start()
+            except Exception as exc:
+                if self._served or not port_taken(exc) or tries == PORT_TRIES:
+                    raise
+                repick()
+                continue
+            self._served = True
+            return out
+        raise AssertionError("unreachable")   # pragma: no cover
 
     @property
     @abc.abstractmethod

@@ -24,16 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
-from ._launch import (
-    PORT_TRIES,
-    Launcher,
-    free_port,
-    launcher_main,
-    port_open,
-    port_taken,
-    stop_process,
-    wait_until,
-)
+from ._launch import Launcher, free_port, launcher_main, port_open, stop_process, wait_until
 from .errors import BackendUnavailable
 
 __all__ = ["PostgresServer", "main"]
@@ -73,8 +64,6 @@ class PostgresServer(Launcher):
         super().__init__(base if base is not None else base_dir, ready_timeout=ready_timeout)
         self.base = self.base_dir
         self.port = free_port()
-        #: Started once: its port is known to others, so a restart keeps it.
-        self._served = False
         self.proc: subprocess.Popen[bytes] | None = None
         self.bin = _bin_dir()
         self._user: str | None = "postgres" if os.geteuid() == 0 else None
@@ -101,7 +90,7 @@ class PostgresServer(Launcher):
                 subprocess.run([str(self.bin / "initdb"), "-D", str(data), "-U", "outlive",
                                 "--auth=trust", "-E", "UTF8", "--no-sync"],
                                check=True, stdout=log, stderr=log, user=self._user, cwd=self.base)
-        for tries in range(1, PORT_TRIES + 1):
+        def start_once() -> None:
             self.proc = self.spawn(
                 [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
                  "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.base}",
@@ -111,15 +100,14 @@ class PostgresServer(Launcher):
                 wait_until(lambda: port_open(self.port, timeout=0.2) and self._ready(),
                            what="postgres", timeout=timeout or self.ready_timeout,
                            proc=self.proc, log=self.log_tail, interval=0.1)
-            except BackendUnavailable as exc:
+            except BackendUnavailable:
                 self.stop()
-                # a new port only before anyone was given this one's URL
-                if self._served or not port_taken(exc) or tries == PORT_TRIES:
-                    raise
-                self.port = free_port()
-                continue
-            break
-        self._served = True
+                raise
+
+        def new_port() -> None:
+            self.port = free_port()
+
+        self._on_free_ports(start_once, new_port)
         return self
 
     def _ready(self) -> bool:

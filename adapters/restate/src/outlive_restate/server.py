@@ -32,13 +32,11 @@ import click
 import httpx
 
 from outlive._launch import (
-    PORT_TRIES,
     Launcher,
     LaunchError,
     free_port,
     launcher_main,
     port_open,
-    port_taken,
     stop_process,
     wait_until,
 )
@@ -131,24 +129,23 @@ class RestateServer(Launcher):
         connection gets it as its own port): then the server exits at once, and it is started
         again, on new ports, in a fresh data directory (the first may have kept the old
         address)."""
-        for tries in range(1, PORT_TRIES + 1):
-            try:
-                self.start_server()
-                self.start_deployment()
-                self.register()
-                self.wait_callable()
-            except LaunchError as exc:
-                self.stop()
-                if not port_taken(exc) or tries == PORT_TRIES:
-                    raise
-                shutil.rmtree(self.base_dir / _NODE, ignore_errors=True)
-                self._pick_ports()
-                continue
-            except BaseException:
-                self.stop()
-                raise
-            return self
-        raise AssertionError("unreachable")   # pragma: no cover
+        return self._on_free_ports(self._start_once, self._afresh)
+
+    def _start_once(self) -> RestateServer:
+        try:
+            self.start_server()
+            self.start_deployment()
+            self.register()
+            self.wait_callable()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _afresh(self) -> None:
+        """New ports, and no data directory (the first start may have kept the old address)."""
+        shutil.rmtree(self.base_dir / _NODE, ignore_errors=True)
+        self._pick_ports()
 
     def start_server(self) -> None:
         if not self.binary.exists():

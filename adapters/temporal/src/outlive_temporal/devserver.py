@@ -13,7 +13,6 @@ command with ``{url}`` replaced by the server's ``temporal://`` URL, then stops 
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import signal
@@ -25,13 +24,11 @@ from collections.abc import Sequence
 import click
 
 from outlive._launch import (
-    PORT_TRIES,
     Launcher,
     LaunchError,
     free_port,
     http_ok,
     launcher_main,
-    port_taken,
     stop_process,
     wait_until,
 )
@@ -95,8 +92,6 @@ class DevServer(Launcher):
         self.poll_cap_raised = poll_cap_raised
         self.single_partition = single_partition
         self._pick_ports()
-        #: Started once: its address is known to others, so a restart keeps it.
-        self._served = False
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _pick_ports(self) -> None:
@@ -136,23 +131,19 @@ class DevServer(Launcher):
     def start(self) -> DevServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
-        for tries in range(1, PORT_TRIES + 1):
-            self.proc = self.spawn(self.command(), start_new_session=True)
-            url = f"http://127.0.0.1:{self.http_port}/api/v1/namespaces/{self.namespace}"
-            try:
-                wait_until(functools.partial(http_ok, url),
-                           what="temporal dev server", timeout=self.ready_timeout,
-                           proc=self.proc, log=self.log_tail)
-            except LaunchError as exc:
-                self.stop()
-                # new ports only before anyone was given this one's address
-                if self._served or not port_taken(exc) or tries == PORT_TRIES:
-                    raise DevServerError(exc.message) from exc
-                self._pick_ports()
-                continue
-            break
-        self._served = True
+        self._on_free_ports(self._start_once, self._pick_ports)
         return self
+
+    def _start_once(self) -> None:
+        self.proc = self.spawn(self.command(), start_new_session=True)
+        url = f"http://127.0.0.1:{self.http_port}/api/v1/namespaces/{self.namespace}"
+        try:
+            wait_until(lambda: http_ok(url),
+                       what="temporal dev server", timeout=self.ready_timeout, proc=self.proc,
+                       log=self.log_tail)
+        except LaunchError as exc:
+            self.stop()
+            raise DevServerError(exc.message) from exc
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server by its PID (SIGTERM, then SIGKILL); keeps the database file."""
