@@ -139,19 +139,6 @@ async def _raw(backend: TemporalBackend, n: int) -> float:
         return (time.perf_counter() - t0) * 1000 / n
 
 
-async def _raw_routed(backend: TemporalBackend, n: int) -> float:
-    client = backend._c()
-    q = f"bench-routed-{uuid.uuid4().hex[:8]}"
-    async with TWorker(client, task_queue=q, workflows=[BenchRawRouted]), \
-            TWorker(client, task_queue=f"{q}-steps", activities=[bench_summarise]):
-        await client.execute_workflow(BenchRawRouted.run, args=[5, f"{q}-steps"],
-                                      id=f"warm-{q}", task_queue=q)
-        t0 = time.perf_counter()
-        await client.execute_workflow(BenchRawRouted.run, args=[n, f"{q}-steps"],
-                                      id=f"routed-{q}", task_queue=q)
-        return (time.perf_counter() - t0) * 1000 / n
-
-
 async def _paired_batch(backend: TemporalBackend, n: int, routed: bool,
                         rounds: int = 4) -> dict[str, Any]:
     """The raw loop (its activities on a queue of their own when ``routed``, else on the
@@ -298,7 +285,6 @@ async def run_bench(url: str, n: int) -> dict[str, Any]:
             await _outlive(b, 10)  # warm-up
         await _batch(backend, 10)
         raw = await _raw(backend, n)
-        routed = await _raw_routed(backend, n)
         paired = await _paired_updates(backend, n)
         paired_batch = await _paired_batch(backend, n, routed=True)
         paired_eager = await _paired_batch(eager, n, routed=False)
@@ -308,28 +294,23 @@ async def run_bench(url: str, n: int) -> dict[str, Any]:
         ea_mean, ea_med = await _outlive(eager, n)
         raw2 = await _raw(backend, n)
         ol2_mean, ol2_med = await _outlive(backend, n)
-        routed2 = await _raw_routed(backend, n)
         ba2_ms = await _batch(backend, n)
         bae_ms = await _batch(eager, n)
     finally:
         for b in (eager, unfused, backend):
             await b.close()
     raw_ms = min(raw, raw2)
-    routed_ms = min(routed, routed2)
     ol = min(ol_mean, ol2_mean)
     ba = min(ba_ms, ba2_ms)
     return {
         "steps": n,
         "raw_activity_step_ms": round(raw_ms, 2),
         "raw_runs_ms": [round(raw, 2), round(raw2, 2)],
-        "raw_routed_step_ms": round(routed_ms, 2),
-        "raw_routed_runs_ms": [round(routed, 2), round(routed2, 2)],
         **paired,
         "paired_batch_routed": paired_batch,
         "paired_batch_eager": paired_eager,
         "ratio_batch_vs_raw_routed_paired": paired_batch["ratio"],
         "ratio_batch_eager_vs_raw_paired": paired_eager["ratio"],
-        "ratio_batch_vs_raw_routed": round(ba / routed_ms, 2),
         "outlive_step_ms": round(ol, 2),
         "outlive_runs_ms": [round(ol_mean, 2), round(ol2_mean, 2)],
         "outlive_step_median_ms": round(min(ol_med, ol2_med), 2),
