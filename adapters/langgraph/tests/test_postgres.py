@@ -477,11 +477,11 @@ async def _node_loop_commits(pg_server: PostgresServer, n: int, *,
 
         graph = _loop_graph(saver, body)
         _ctl, w = await first_attempt(b)
-        before = (_writes(pg_server.conninfo(db)), saver.statements, saver.carried)
+        before = (_writes(pg_server.conninfo(db)), saver.statements, saver.carried_entries)
         out = await run(graph, {"i": 0, "stop": n}, worker=w,
                         config={"configurable": {"thread_id": "loop"}})
         assert out == {"i": n, "stop": n}
-        after = (_writes(pg_server.conninfo(db)), saver.statements, saver.carried)
+        after = (_writes(pg_server.conninfo(db)), saver.statements, saver.carried_entries)
         assert saver.locked == 0 and saver.missed == 0
         st = await b.load("q3")
         assert st is not None
@@ -516,6 +516,58 @@ async def test_a_node_superstep_is_one_commit(pg_server: PostgresServer) -> None
     assert (more - commits, base_more - base) == (n, 2 * n)   # commits a superstep: 1, was 2
 
 
+async def test_a_node_step_costs_no_asyncio_task_of_its_own(pg_server: PostgresServer) -> None:
+    """An outlive node's step runs in the node itself and queues its entry for the superstep's
+    checkpoint statement: the run makes as many asyncio tasks as the same graph with a plain
+    node on the same saver (before, the step ran in a task of its own, which the node then
+    waited on while the entry waited for its carrier: one more task and several more loop
+    turns a superstep)."""
+    n = 8
+    db = f"t_{uuid.uuid4().hex[:8]}"
+    b = await outlive.open_backend(pg_server.create_database(db))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        saver.hold_seconds = saver.entry_seconds = 30.0   # no timer decides where a write goes
+        _ctl, w = await first_attempt(b)
+        loop = asyncio.get_running_loop()
+        made = [0]
+
+        def counting(lp: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+            made[0] += 1
+            return asyncio.Task(coro, loop=lp, **kw)
+
+        async def body(state: _Loop) -> dict[str, int]:
+            return {"i": state["i"] + 1}
+
+        g = StateGraph(_Loop)
+        g.add_node("step", body)
+        g.add_edge(START, "step")
+        g.add_conditional_edges("step", lambda s: "step" if s["i"] < s["stop"] else END)
+        plain = g.compile(checkpointer=saver)
+        ours = _loop_graph(saver, body)
+
+        async def tasks(graph: Any, thread: str) -> int:
+            made[0] = 0
+            loop.set_task_factory(counting)   # type: ignore[arg-type]
+            try:
+                out = await run(graph, {"i": 0, "stop": n}, worker=w,
+                                config={"configurable": {"thread_id": thread}})
+            finally:
+                loop.set_task_factory(None)
+            assert out == {"i": n, "stop": n}
+            return made[0]
+
+        base = await tasks(plain, "plain")
+        got = await tasks(ours, "ours")
+        assert saver.carried_entries == n   # every entry rode in its superstep's statement
+        st = await b.load("q3")
+        assert st is not None and len(st.journal) == n
+        assert got <= base, (got, base)
+    finally:
+        await b.close()
+
+
 async def test_a_paused_nodes_late_entry_in_the_checkpoint_statement_is_refused(
         pg_server: PostgresServer) -> None:
     """Attempt #1's node body returns while #2 is admitted in another process; its entry then
@@ -529,7 +581,7 @@ async def test_a_paused_nodes_late_entry_in_the_checkpoint_statement_is_refused(
     try:
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
-        saver.carry_seconds = 30.0   # only the checkpoint statement can send the entry
+        saver.entry_seconds = 30.0   # only the checkpoint statement can send the entry
         calls: list[int] = []
         _ctl, w1 = await first_attempt(b)
 
@@ -540,13 +592,13 @@ async def test_a_paused_nodes_late_entry_in_the_checkpoint_statement_is_refused(
             return {"i": state["i"] + 1}
 
         graph = _loop_graph(saver, body)
-        before = saver.carried
+        before = saver.carried_entries
         with pytest.raises(outlive.StaleOwner):
             await run(graph, {"i": 0, "stop": 5}, worker=w1,
                       config={"configurable": {"thread_id": "loop"}})
         assert calls == [0, 1]           # no next node's body ran after the refusal
-        assert saver.carried == before + 1   # the first superstep's entry was carried
-        assert not saver.deferred
+        assert saver.carried_entries == before + 1   # the first superstep's entry was carried
+        assert not saver.entries
     finally:
         await b.close()
         await b2.close()
@@ -566,11 +618,11 @@ async def test_a_paused_nodes_late_entry_in_the_checkpoint_statement_is_refused(
     assert steps is not None and steps[0] == 3
 
 
-async def test_a_node_cancelled_while_its_deferred_step_runs_cancels_the_step(
+async def test_a_node_cancelled_while_its_step_runs_cancels_the_step(
         pg_server: PostgresServer) -> None:
-    """The node waits for its step (a task of its own, so that it can return before the entry
-    commits); cancelled meanwhile, it cancels the step too: the body sees the cancellation, no
-    entry is written, and nothing is left waiting for a carrier."""
+    """A node cancelled while its step's body runs: the body sees the cancellation, no entry is
+    written, and nothing is left queued for a carrier (the first superstep's entry went with
+    its checkpoint)."""
     db = f"x_{uuid.uuid4().hex[:8]}"
     b = await outlive.open_backend(pg_server.create_database(db))
     try:
@@ -593,13 +645,13 @@ async def test_a_node_cancelled_while_its_deferred_step_runs_cancels_the_step(
         invocation = asyncio.ensure_future(run(graph, {"i": 0, "stop": 5}, worker=w,
                                                config={"configurable": {"thread_id": "loop"}}))
         await asyncio.wait_for(started.wait(), 10)
-        assert len(saver.deferred) == 1   # the second node's step, deferred
+        assert not saver.entries and saver.carried_entries == 1   # the first's, carried
         invocation.cancel()
         with pytest.raises(asyncio.CancelledError):
             await invocation
         for _ in range(5):
             await asyncio.sleep(0)
-        assert seen == ["cancelled"] and not saver.deferred
+        assert seen == ["cancelled"] and not saver.entries
         st = await b.load("q3")
         assert st is not None and [e.step for e in st.journal] == ["step"]   # the first only
     finally:
@@ -614,15 +666,15 @@ class _Pair(TypedDict, total=False):
 
 async def test_parallel_nodes_in_one_superstep_each_journal_their_step(
         pg_server: PostgresServer) -> None:
-    """Two outlive nodes in one superstep: one entry waits for the checkpoint statement, the
-    other commits before its node returns (one deferred entry per attempt at a time); both are
+    """Two outlive nodes in one superstep, one returning after the other's ``put_writes`` was
+    sent: both entries are queued and carried by the attempt's fenced writes; both are
     journaled, nothing waits for the safety net, and the second run restores both."""
     db = f"q_{uuid.uuid4().hex[:8]}"
     b = await outlive.open_backend(pg_server.create_database(db))
     try:
         saver = b.checkpointer  # type: ignore[attr-defined]
         assert isinstance(saver, FencedAsyncPostgresSaver)
-        saver.carry_seconds = 30.0   # a wait for the safety net would time the test out
+        saver.entry_seconds = 30.0   # a wait for the safety net would time the test out
         calls: list[str] = []
 
         async def left(state: _Pair) -> _Pair:
@@ -646,7 +698,7 @@ async def test_parallel_nodes_in_one_superstep_each_journal_their_step(
         out = await asyncio.wait_for(
             run(graph, {"i": 1}, worker=w, config={"configurable": {"thread_id": "pair"}}), 10)
         assert out == {"i": 1, "a": 2, "b": 3}
-        assert saver.carried >= 1 and not saver.deferred
+        assert saver.carried_entries >= 1 and not saver.entries
         st = await b.load("q3")
         assert st is not None and sorted(e.step for e in st.journal) == ["a", "b"]
         out = await asyncio.wait_for(

@@ -201,10 +201,18 @@ class LangGraphBackend(Backend):
             queue = self.entry_queue(call, node)
             if queue is not None:
                 # A step inside a running node: its entry rides the attempt's next fenced write.
-                result = await fn()   # (its size, as the rest, is checked by the ledger)
+                # Steps inside its body are not the node's: they commit as any step.
+                inner = IN_NODE.set(None)
+                try:
+                    result = await fn()   # (its size, as the rest, is checked by the ledger)
+                finally:
+                    IN_NODE.reset(inner)
                 command = record(result)
                 if isinstance(command, L.RecordSteps):
-                    queue.queue_entry((call.work_id, call.attempt, call.token), command)
+                    owner = (call.work_id, call.attempt, call.token)
+                    if queue.behind_carrier(owner):
+                        await queue.after_carrier(owner)   # an earlier superstep's, in flight
+                    queue.queue_entry(owner, command)
                     return result, Outcome(kind="queued")
                 return result, await self.execute(call.work_id, command)
         if INSIDE_TASK.get():

@@ -490,13 +490,23 @@ class QueuesEntries:
             return queued[0]
         return replace(queued[-1], entries=tuple(e for c in queued for e in c.entries))
 
-    async def _before_write(self, owner: Owner) -> RecordSteps | None:
-        """Let the attempt's carrier in flight end, raise a kept refusal, take the queue."""
+    def behind_carrier(self, owner: Owner) -> bool:
+        """Whether an entry of ``owner`` queued now must wait for :meth:`after_carrier`."""
+        return owner in self._carrying or owner in self.refused
+
+    async def after_carrier(self, owner: Owner) -> None:
+        """Let the attempt's carrier in flight end and raise a kept refusal: a node step's
+        entry queues behind an earlier superstep's still at the server (``durability="async"``)
+        only once that one took, so a replaced attempt's graph runs no further node."""
         while (carrying := self._carrying.get(owner)) is not None:
             await asyncio.wait((carrying,))
         refused = self.refused.get(owner)
         if refused is not None:
             raise refused
+
+    async def _before_write(self, owner: Owner) -> RecordSteps | None:
+        """Let the attempt's carrier in flight end, raise a kept refusal, take the queue."""
+        await self.after_carrier(owner)
         return self._take_entries(owner)
 
     async def flush_entries(self, owner: Owner) -> None:
@@ -516,7 +526,7 @@ class QueuesEntries:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _send_entries(self, owner: Owner, command: RecordSteps,
-                            rows: Callable[[Any], None] | None) -> bool:
+                            rows: Any) -> bool:
         """``command`` with LangGraph's statements (``rows``, the saver's own way to add them
         to the ledger's write); True if they went in its transaction. Entries whose write
         failed are queued again; a refusal is kept for the attempt's later writes."""

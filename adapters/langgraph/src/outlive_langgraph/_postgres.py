@@ -27,11 +27,11 @@ import re
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER, CONFIG_KEY_DURABILITY, NS_SEP
+from langgraph._internal._constants import NS_SEP
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -52,13 +52,12 @@ from outlive.sqlstore import Read, Write, load_flow, pg_write_carries, pg_write_
 from ._backend import _CoreLedgerBackend
 from ._checkpoint import (
     HoldsWrites,
+    Owner,
+    QueuesEntries,
     TaskWrites,
-    after_earlier,
-    entry_ended,
     may_write,
-    place_entry,
 )
-from ._context import TaskWrite, is_special, note_wait, owner_of
+from ._context import IN_NODE, TaskWrite, is_special, note_wait, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
 
@@ -76,9 +75,10 @@ _WRITING_FOR: ContextVar[tuple[str, int, int] | None] = ContextVar(
 #: LangGraph rows a ledger write carries into its transaction: (statement, rows, written flag).
 _ALSO: ContextVar[tuple[str, list[Any], list[bool], Callable[[], Any] | None] | None] = ContextVar(
     "outlive_langgraph_pg_also", default=None)
-#: A node step's journal entry that waits for the superstep's checkpoint to carry it (set
-#: around the step's task by :meth:`LangGraphPostgresBackend.defer_node_entry`).
-_DEFER: ContextVar[_Deferred | None] = ContextVar("outlive_langgraph_pg_defer", default=None)
+#: LangGraph's statements a queued entries' ledger write carries (set around that write by
+#: :meth:`FencedAsyncPostgresSaver._carry_entries`), and whether they went in its statement.
+_CARRY: ContextVar[tuple[FencedAsyncPostgresSaver, list[tuple[str, Sequence[Any]]], list[bool]]
+                   | None] = ContextVar("outlive_langgraph_pg_carry", default=None)
 _LOCK_HEAD = "SELECT seq FROM outlive_works WHERE work_id = %s FOR SHARE"
 #: LangGraph's insert of a task's rows (``AsyncPostgresSaver``'s columns, ``DO NOTHING`` as
 #: its own insert of a regular channel), only for a ledger write that took.
@@ -157,10 +157,15 @@ class _Ledger(PostgresLedger):
             await asyncio.shield(waiter)
 
     async def _write(self, req: Write) -> bool:
-        deferred = _DEFER.get()
-        if deferred is not None and deferred.body_done and not deferred.written \
-                and req.single is not None and pg_write_carries(req.single):
-            return await self._carried_write(req, req.single, deferred)
+        carry = _CARRY.get()
+        if carry is not None and req.single is not None and pg_write_carries(req.single):
+            saver, calls, carried = carry
+            merged = saver.carried_statement(req.single, calls)
+            if merged is not None:
+                took = await super()._write(replace(req, single=merged))
+                if took:
+                    carried.append(True)
+                return took
         also = _ALSO.get()
         if also is None:
             return await super()._write(req)
@@ -177,26 +182,6 @@ class _Ledger(PostgresLedger):
             wrote.append(True)
         return took
 
-    async def _carried_write(self, req: Write, single: tuple[str, tuple[Any, ...]],
-                             deferred: _Deferred) -> bool:
-        """A node step's journal entry: wait for the attempt's next fenced write (the node's
-        ``put_writes``, held for the superstep's checkpoint) and send its statements with the
-        entry, ``FROM head``: they land only if the entry's compare-and-set took."""
-        if not deferred.ready.done():
-            deferred.ready.set_result(None)   # the node may return its update now
-            loop = asyncio.get_running_loop()
-            timer = loop.call_later(deferred.saver.carry_seconds, deferred.give_up)
-            deferred.calls.add_done_callback(lambda _: timer.cancel())
-        calls = await deferred.calls
-        merged = deferred.saver.carried_statement(single, calls) if calls else None
-        if merged is None:
-            took = await super()._write(req)
-        else:
-            took = await super()._write(replace(req, single=merged))
-            deferred.carried = took
-        deferred.written = took
-        return took
-
 
 def _attempt_of(command: Command) -> int | None:
     """The attempt a worker's command writes for (None: a controller's command)."""
@@ -206,48 +191,6 @@ def _attempt_of(command: Command) -> int | None:
 
 async def _nothing_in_flight(work_id: str) -> None:
     """A ledger that does not track its commands in flight (the fence then may miss and retry)."""
-
-
-@dataclass(eq=False)
-class _Deferred:
-    """A node step's journal entry waiting for the superstep's next fenced write to carry it.
-
-    Under ``durability="sync"`` LangGraph starts no next superstep before the superstep's
-    checkpoint ``put`` returned, so a node's entry need not commit before the node returns: it
-    goes out in the statement of the attempt's next fenced write (the node's ``put_writes``,
-    itself held for the checkpoint's ``put``), and that write returns only once the step did.
-    """
-
-    saver: FencedAsyncPostgresSaver
-    owner: tuple[str, int, int]
-    #: Set when the body returned and its entry waits to be carried: the node returns then.
-    ready: asyncio.Future[None]
-    #: LangGraph's statements to send with the entry ([]: send the entry alone).
-    calls: asyncio.Future[list[tuple[str, Sequence[Any]]]]
-    task: asyncio.Task[Any] | None = None
-    result: Any = None
-    body_done: bool = False
-    #: LangGraph's superstep of the node (``langgraph_step``).
-    superstep: Any = None
-    #: Under ``durability="async"``: LangGraph's writes of earlier supersteps may still come
-    #: while the node runs; they neither wait for the step nor carry its entry.
-    overlaps: bool = False
-    #: The earlier superstep's entry this one follows (``place_entry``), until it ended.
-    earlier: _Deferred | None = None
-    #: The entry committed (then no later write of the step's task is merged again).
-    written: bool = False
-    #: The carrier's statements committed with the entry.
-    carried: bool = False
-
-    def finished(self, result: Any) -> None:
-        """The node's body returned ``result`` (its entry is the step's next ledger write)."""
-        self.result = result
-        self.body_done = True
-
-    def give_up(self) -> None:
-        """No fenced write came in time: the entry is sent alone."""
-        if not self.calls.done():
-            self.calls.set_result([])
 
 
 class _Recorder:
@@ -286,7 +229,7 @@ class _FencedCursor:
         return False
 
 
-class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
+class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites, QueuesEntries,
                                HoldsWrites[tuple[str, Sequence[Any]]]):
     """``AsyncPostgresSaver`` whose writes for an outlive attempt are fenced in the write itself.
 
@@ -324,20 +267,13 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
         #: Fenced ``put_writes`` sent in the next write's statement (tests, benchmarks).
         self.held = 0
         self._held = {}
-        #: Node steps' journal entries waiting for this attempt's next fenced write to carry them.
-        self.deferred: dict[tuple[str, int, int], _Deferred] = {}
-        #: Under ``durability="async"``: a node's entry that waits behind the one above.
-        self.following: dict[tuple[str, int, int], _Deferred] = {}
+        #: Node steps' journal entries, queued for the attempt's next fenced write to carry.
+        self._init_entries()
         #: Task id -> the end of a journal write carrying that task's row, sent but maybe not
         #: committed yet (its task returned once it was sent).
         self.in_flight: dict[str, asyncio.Future[None]] = {}
         #: LangGraph ``put_writes`` that came while their task's journal write was in flight.
         self.waited = 0
-        #: How long a node's entry waits for a carrier before it is sent alone (a safety net:
-        #: under ``sync`` the node's own ``put_writes`` follows at once).
-        self.carry_seconds = 1.0
-        #: Fenced writes sent in a node step's journal statement (tests, benchmarks).
-        self.carried = 0
         self._types: dict[str, dict[str, str]] = {}
         self._shapes: dict[tuple[str, str], str | None] = {}
 
@@ -430,8 +366,9 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
     async def _fenced(self, owner: tuple[str, int, int] | None, stray: TaskWrite | None,
                       calls: list[tuple[str, Sequence[Any]]], hold: bool) -> None:
         """LangGraph's statements ``calls`` for ``owner``, fenced: held for the attempt's next
-        fenced write (``hold``, see :meth:`_cursor`), carried by a node step's journal entry,
-        or sent as one statement conditional on the head; with a predicted task row to remove
+        fenced write (``hold``, see :meth:`_cursor`), carried by the ledger write of the node
+        steps' queued journal entries (:class:`~._checkpoint.QueuesEntries`), or sent as one
+        statement conditional on the head; with a predicted task row to remove
         (``stray``), or when none of those can be made, in the locked transaction."""
         if stray is None and owner is not None:
             if hold and await self._hold(owner, calls):
@@ -440,11 +377,11 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
             if held:
                 calls = [c for h in held for c in h.calls] + calls
             try:
-                deferred = self.deferred.get(owner)
-                if deferred is not None and await self._carry(deferred, calls):
-                    self._settle_held(held, True)
-                    self.carried += 1
-                    return  # committed in the node step's journal statement
+                if self.has_entries(owner):
+                    command = await self._before_write(owner)
+                    if command is not None and await self._send_entries(owner, command, calls):
+                        self._settle_held(held, True)
+                        return  # committed in the statement of the node steps' entries
                 statement = self._one_statement(calls)
                 if statement is None or not await self._compare_and_write(owner, *statement):
                     await self._locked_write(owner, None, calls)
@@ -453,20 +390,25 @@ class FencedAsyncPostgresSaver(AsyncPostgresSaver, TaskWrites,
                 raise
             self._settle_held(held, True)
             return
+        if owner is not None:
+            await self.flush_entries(owner)   # the entries first: nothing lands without them
         await self._locked_write(owner, stray, calls)
 
-    async def _carry(self, deferred: _Deferred, calls: list[tuple[str, Sequence[Any]]]) -> bool:
-        """Hand ``calls`` to a node step's entry waiting for them and wait for the step to end
-        (its refusal is raised here); True if they committed with it. A step whose entry went
-        alone (or wrote nothing) is waited for all the same: this write comes after it."""
-        if deferred.overlaps and not deferred.ready.done():
-            return False   # an earlier superstep's write (LangGraph went on without it): first
-        task = deferred.task
-        if deferred.ready.done() and not deferred.calls.done():
-            deferred.calls.set_result(calls)
-        if task is not None:
-            await asyncio.shield(task)
-        return deferred.carried and deferred.calls.result() is calls
+    async def _carry_entries(self, owner: Owner, command: RecordSteps,
+                             rows: list[tuple[str, Sequence[Any]]] | None) -> bool:
+        """The ledger's write of the queued entries ``command``, with LangGraph's statements
+        ``rows`` as CTEs ``FROM head`` (they land only if its compare-and-set took); True if
+        they went in its statement (else the entries went alone: write them yourself)."""
+        if not rows:
+            await self.ledger.execute(owner[0], command)
+            return False
+        carried: list[bool] = []
+        token = _CARRY.set((self, rows, carried))
+        try:
+            await self.ledger.execute(owner[0], command)
+        finally:
+            _CARRY.reset(token)
+        return bool(carried)
 
     def carried_statement(self, single: tuple[str, tuple[Any, ...]],
                           calls: list[tuple[str, Sequence[Any]]]
@@ -708,6 +650,7 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         if slot is None or self._saver is None:
             return await self.execute(work_id, command), False
         saver = self._saver
+        await self._flush_entries(work_id, command)   # the node steps' entries it follows
         if on_send is not None and type(command) is RecordSteps and saver.flying.get(work_id):
             # Another step's write is at the server (``durability="async"``): this one joins
             # the next batch instead of waiting for it, and its task returns now.
@@ -811,66 +754,35 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
         saver = self._saver
         if saver is not None and saver.in_flight_for(work_id) and type(command) is not Heartbeat:
             await saver.landed(work_id, _attempt_of(command))
-        deferred = _DEFER.get()
-        if deferred is not None and deferred.earlier is not None:
-            await after_earlier(deferred)   # a node's entry behind the last superstep's
+        await self._flush_entries(work_id, command)   # the node steps' entries it follows
         return await self.ledger.execute(work_id, command)
+
+    def _entry_saver(self) -> QueuesEntries | None:
+        return self._saver
 
     async def defer_node_entry(self, config: RunnableConfig,
                                run: Callable[[Callable[[Any], None] | None],
                                              Coroutine[Any, Any, Any]]) -> Any:
-        """Run a node's step; return the node's update once its journal entry is *sent*.
+        """Run a node's step; its journal entry rides the attempt's next fenced write.
 
-        ``run(finished)`` runs the step (the body calls ``finished(update)`` when it returns).
-        Where it is safe - a node of a root graph, ``durability="sync"`` (or ``"async"``: see
-        :func:`~._checkpoint.place_entry`; LangGraph then writes the checkpoint in the
-        background and the next node's body runs meanwhile), checkpointed by this
-        backend's saver, no other node of the attempt waiting so - the entry goes out in the
-        statement of the attempt's next fenced write (the node's ``put_writes``, held for the
-        superstep's checkpoint): one commit a superstep. LangGraph starts no next superstep
-        before that ``put`` returned, and it returns after the step: a refusal is raised there,
-        before any next node's body runs. Anywhere else the entry commits before the node
-        returns, as any step's.
+        ``run(finished)`` runs the step. Where it is safe - a node of a root graph, checkpointed
+        by this backend's saver, under ``durability="sync"`` (or ``"async"``) - the step's entry
+        is queued (:meth:`entry_queue`, as a :func:`~outlive_langgraph.node_step`'s) instead of
+        committed, and the node returns its update at once: the attempt's next fenced write (the
+        node's ``put_writes``, held for the superstep's checkpoint) sends the entry and
+        LangGraph's statements as one statement, so nothing the node returned lands without it.
+        LangGraph starts no next superstep before that ``put`` returned: a refusal of the entry
+        is raised there, before any next node's body runs (and by every later write of the
+        attempt). Anywhere else the entry commits before the node returns, as any step's.
         """
-        found, owner = self._saver, owner_of(config)
         conf = config.get("configurable") or {}
-        durability = conf.get(CONFIG_KEY_DURABILITY)
-        superstep = (config.get("metadata") or {}).get("langgraph_step")
-        if found is None or owner is None \
-                or conf.get(CONFIG_KEY_CHECKPOINTER) is not found \
-                or durability not in ("sync", "async") \
-                or NS_SEP in str(conf.get("checkpoint_ns", NS_SEP)):
+        if NS_SEP in str(conf.get("checkpoint_ns", NS_SEP)):
             return await run(None)
-        saver = cast(FencedAsyncPostgresSaver, found)
-        loop = asyncio.get_running_loop()
-        deferred = _Deferred(saver, owner, loop.create_future(), loop.create_future(),
-                             superstep=superstep, overlaps=durability == "async")
-        if not place_entry(saver.deferred, saver.following, owner, deferred):
-            return await run(None)
-        token = _DEFER.set(deferred)
+        token = IN_NODE.set(config)   # Worker.step asks entry_queue whether it may queue
         try:
-            step = loop.create_task(run(deferred.finished))
+            return await run(None)
         finally:
-            _DEFER.reset(token)
-        deferred.task = step
-
-        def ended(task: asyncio.Task[Any]) -> None:
-            entry_ended(saver.deferred, saver.following, owner, deferred)
-            deferred.give_up()
-            if not deferred.ready.done():
-                deferred.ready.set_result(None)   # the node returns the step's own outcome
-            if not task.cancelled():
-                task.exception()   # retrieved: a carrier (or the node) raises it
-
-        step.add_done_callback(ended)
-        try:
-            await deferred.ready   # the entry waits for its carrier, or the step ended
-        except BaseException:
-            step.cancel()   # nobody would await it
-            raise
-        if step.done():   # restored, refused, failed, or written without a carrier
-            return step.result()
-        return deferred.result
+            IN_NODE.reset(token)
 
     async def _secrets_sql(self, query: str, params: tuple[Any, ...]) -> Any:
         saver = self._saver
