@@ -253,11 +253,11 @@ async def _node_loop(path: Path, n: int, *, defer: bool) -> tuple[int, int, list
         out = await run(graph, {"i": 0, "stop": n}, worker=w,
                         config={"configurable": {"thread_id": "loop"}})
         assert out == {"i": n, "stop": n}
-        assert not saver.deferred and not saver._held
+        assert not saver.entries and not saver._held
         st = await b.load("q3")
         assert st is not None
         journal = [(e.step, e.input_key, e.result, e.attempt) for e in st.journal]
-        count, carried = len(commits), saver.carried
+        count, carried = len(commits), saver.carried_entries
     finally:
         await b.close()
     with sqlite3.connect(path) as conn:
@@ -268,8 +268,8 @@ async def _node_loop(path: Path, n: int, *, defer: bool) -> tuple[int, int, list
 
 async def test_a_node_superstep_is_one_commit_on_sqlite(tmp_path: Path) -> None:
     """A StateGraph node that is an outlive step: its journal entry, LangGraph's write of the
-    node's update and the superstep's checkpoint are one transaction (the entry waits for the
-    ``put_writes``, held for the ``put``): one commit a superstep, where the entry committing
+    node's update and the superstep's checkpoint are one transaction (the entry is queued, the
+    ``put_writes`` held for the ``put``, which carries both): one commit a superstep, where the entry committing
     before the node returns costs three (the entry, the update, the checkpoint). The same
     entries and rows either way; runs of 6 and 12 supersteps, the difference over 6."""
     commits, carried, journal, updates = await _node_loop(tmp_path / "a.db", N, defer=True)
@@ -286,7 +286,7 @@ async def test_a_node_superstep_is_one_commit_on_sqlite(tmp_path: Path) -> None:
 async def test_a_paused_nodes_late_entry_is_refused_with_its_checkpoint_on_sqlite(
         tmp_path: Path) -> None:
     """Attempt #1's node body returns while #2 is admitted through another connection; its
-    entry then waits for the superstep's checkpoint, whose transaction the ledger refuses:
+    entry is then queued for the superstep's checkpoint, whose transaction the ledger refuses:
     ``StaleOwner`` from the run, before any next node's body ran; neither the entry nor the
     node's update nor the checkpoint landed."""
     url = f"langgraph+sqlite:///{tmp_path}/p.db"
@@ -294,7 +294,7 @@ async def test_a_paused_nodes_late_entry_is_refused_with_its_checkpoint_on_sqlit
     b2 = await outlive.open_backend(url)
     try:
         saver = _saver(b)
-        saver.carry_seconds = 30.0   # only the checkpoint can carry the entry
+        saver.entry_seconds = 30.0   # only the checkpoint can carry the entry
         calls: list[int] = []
         w1 = await _worker(b)
 
@@ -312,8 +312,8 @@ async def test_a_paused_nodes_late_entry_is_refused_with_its_checkpoint_on_sqlit
             await run(graph, {"i": 0, "stop": 5}, worker=w1,
                       config={"configurable": {"thread_id": "loop"}})
         assert calls == [0, 1]        # no next node's body ran after the refusal
-        assert saver.carried == 1     # the first superstep's entry was carried
-        assert not saver.deferred
+        assert saver.carried_entries == 1   # the first superstep's entry was carried
+        assert not saver.entries
         st = await b2.load("q3")
     finally:
         await b.close()
@@ -329,10 +329,10 @@ async def test_a_paused_nodes_late_entry_is_refused_with_its_checkpoint_on_sqlit
     assert steps == 3     # the input's, the start's, the first node's superstep's
 
 
-async def test_a_node_cancelled_while_its_deferred_step_runs_cancels_the_step_on_sqlite(
+async def test_a_node_cancelled_while_its_step_runs_cancels_the_step_on_sqlite(
         sqlite_backend: LangGraphBackend) -> None:
-    """Cancelled while its step runs (in a task of its own), the node cancels the step too:
-    the body sees it, no entry is written, nothing is left waiting for a checkpoint."""
+    """Cancelled while its step's body runs, the node's step is cancelled with it: the body
+    sees it, no entry is written, nothing is left queued for a checkpoint."""
     b = sqlite_backend
     saver = _saver(b)
     started, seen = asyncio.Event(), []
@@ -352,13 +352,13 @@ async def test_a_node_cancelled_while_its_deferred_step_runs_cancels_the_step_on
     invocation = asyncio.ensure_future(run(graph, {"i": 0, "stop": 5}, worker=w,
                                            config={"configurable": {"thread_id": "loop"}}))
     await asyncio.wait_for(started.wait(), 10)
-    assert len(saver.deferred) == 1   # the second node's step, deferred
+    assert not saver.entries and saver.carried_entries == 1   # the first's, carried
     invocation.cancel()
     with pytest.raises(asyncio.CancelledError):
         await invocation
     for _ in range(5):
         await asyncio.sleep(0)
-    assert seen == ["cancelled"] and not saver.deferred
+    assert seen == ["cancelled"] and not saver.entries
     st = await b.load("q3")
     assert st is not None and [e.step for e in st.journal] == ["step"]   # the first only
 
@@ -371,12 +371,12 @@ class _Pair(TypedDict, total=False):
 
 async def test_parallel_nodes_in_one_superstep_each_journal_their_step_on_sqlite(
         sqlite_backend: LangGraphBackend) -> None:
-    """Two outlive nodes in one superstep: one entry waits for the checkpoint, the other
-    commits before its node returns (one deferred entry per attempt at a time); both are
+    """Two outlive nodes in one superstep, one returning after the other's ``put_writes`` was
+    held: both entries are queued and carried by the attempt's fenced writes; both are
     journaled, nothing waits for the safety net, and a second run restores both."""
     b = sqlite_backend
     saver = _saver(b)
-    saver.carry_seconds = 30.0   # a wait for the safety net would time the test out
+    saver.entry_seconds = 30.0   # a wait for the safety net would time the test out
     calls: list[str] = []
 
     async def left(state: _Pair) -> _Pair:
@@ -400,7 +400,7 @@ async def test_parallel_nodes_in_one_superstep_each_journal_their_step_on_sqlite
     out = await asyncio.wait_for(
         run(graph, {"i": 1}, worker=w, config={"configurable": {"thread_id": "pair"}}), 10)
     assert out == {"i": 1, "a": 2, "b": 3}
-    assert saver.carried >= 1 and not saver.deferred and not saver._held
+    assert saver.carried_entries >= 1 and not saver.entries and not saver._held
     st = await b.load("q3")
     assert st is not None and sorted(e.step for e in st.journal) == ["a", "b"]
     snapshot = await graph.aget_state({"configurable": {"thread_id": "pair"}})

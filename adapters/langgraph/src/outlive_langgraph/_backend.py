@@ -28,8 +28,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from contextvars import ContextVar
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, Protocol
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
@@ -52,13 +51,8 @@ from ._checkpoint import (
     _RETURN,
     FencedAsyncSqliteSaver,
     FencedCheckpointer,
-    NodeEntry,
     QueuesEntries,
-    Rows,
     TaskWrites,
-    after_earlier,
-    entry_ended,
-    place_entry,
 )
 from ._config import parse_url
 from ._context import (
@@ -85,11 +79,6 @@ def step_thread_id(work_id: str, attempt: int) -> str:
     """The thread of ``run_step``'s own one-task program (the external-worker shape only)."""
     return f"outlive:{work_id}:{attempt}"
 
-
-#: A node step's journal entry that waits for the superstep's checkpoint to carry it (set
-#: around the step's task by :meth:`LangGraphSqliteBackend.defer_node_entry`).
-_NODE_ENTRY: ContextVar[NodeEntry | None] = ContextVar("outlive_langgraph_sqlite_entry",
-                                                      default=None)
 
 #: ``run_step``'s bodies while they run, by a random key (only the key enters the checkpoint).
 _BODIES: dict[str, Callable[[], Awaitable[Any]]] = {}
@@ -310,6 +299,31 @@ class LangGraphBackend(Backend):
         """This backend's saver, if it carries queued entries (None: it does not)."""
         return None
 
+    async def defer_node_entry(self, config: RunnableConfig,
+                               run: Callable[[Callable[[Any], None] | None],
+                                             Coroutine[Any, Any, Any]]) -> Any:
+        """Run an :func:`~outlive_langgraph.outlive_node`'s step; its journal entry rides the
+        attempt's next fenced write.
+
+        ``run(finished)`` runs the step. Where it is safe - a node of a root graph, checkpointed
+        by this backend's saver, under ``durability="sync"`` (or ``"async"``) - the step's entry
+        is queued (:meth:`entry_queue`, as a :func:`~outlive_langgraph.node_step`'s) instead of
+        committed, and the node returns its update at once: the attempt's next fenced write (the
+        node's ``put_writes``, held for the superstep's checkpoint) commits the entry with
+        LangGraph's statements, so nothing the node returned lands without it. LangGraph starts
+        no next superstep before that ``put`` returned: a refusal of the entry is raised there,
+        before any next node's body runs (and by every later write of the attempt). Anywhere
+        else the entry commits before the node returns, as any step's.
+        """
+        if self._entry_saver() is None \
+                or NS_SEP in str((config.get("configurable") or {}).get("checkpoint_ns", NS_SEP)):
+            return await run(None)
+        token = IN_NODE.set(config)   # Worker.step asks entry_queue whether it may queue
+        try:
+            return await run(None)
+        finally:
+            IN_NODE.reset(token)
+
     async def _after_flights(self, work_id: str, command: Command, *, wait: bool = True) -> None:
         """Before ``command``: this process's journal writes on the work still in flight
         (``durability="async"``) land (``wait``), and a failed one's error is raised for its
@@ -494,109 +508,9 @@ class LangGraphSqliteBackend(LangGraphBackend):
     async def execute(self, work_id: str, command: Command) -> Outcome:
         await self._after_flights(work_id, command)
         await self._flush_entries(work_id, command)
-        entry = _NODE_ENTRY.get()
-        if entry is not None and entry.earlier is not None:
-            await after_earlier(entry)   # a node's entry behind the last superstep's
-        if entry is not None and entry.body_done and not entry.written:
-            return await self._carried_execute(work_id, command, entry)
         store = self._store
         out: Outcome = await self._in_thread(lambda conn: store.run(conn, work_id, command))
         return out
-
-    async def _carried_execute(self, work_id: str, command: Command, entry: NodeEntry) -> Outcome:
-        """A node step's journal entry: let the node return, wait for the superstep's checkpoint
-        (:meth:`FencedAsyncSqliteSaver._put_with_entry`) and commit its statements in the
-        entry's transaction, before its COMMIT: they land only if the entry does."""
-        saver = self._db()
-        if not entry.ready.done():
-            entry.ready.set_result(None)   # the node may return its update now
-            timer = asyncio.get_running_loop().call_later(saver.carry_seconds, entry.give_up)
-            entry.calls.add_done_callback(lambda _: timer.cancel())
-        calls = await entry.calls
-        store = self._store
-        if not calls:
-            out: Outcome = await self._in_thread(lambda conn: store.run(conn, work_id, command))
-        else:
-            out = await self._in_thread(functools.partial(self._run_with, work_id, command, calls,
-                                                          entry))
-        entry.written = True
-        return out
-
-    def _run_with(self, work_id: str, command: Command, calls: Rows, entry: NodeEntry,
-                  conn: sqlite3.Connection) -> Outcome:
-        """The core store's write transaction with ``calls`` added before its COMMIT (in the
-        connection's thread); ``entry.carried`` once they are in it."""
-        ledger = self._store
-        before = ledger.before_commit
-
-        def also(tx: sqlite3.Connection) -> None:
-            if before is not None:
-                before(tx)
-            for sql, rows in calls:
-                tx.executemany(sql, rows)
-            entry.carried = True
-
-        ledger.before_commit = also  # this connection's thread, one write at a time
-        try:
-            return ledger.run(conn, work_id, command)
-        finally:
-            ledger.before_commit = before
-
-    async def defer_node_entry(self, config: RunnableConfig,
-                               run: Callable[[Callable[[Any], None] | None],
-                                             Coroutine[Any, Any, Any]]) -> Any:
-        """Run a node's step; return the node's update once its journal entry waits for the
-        superstep's checkpoint, which commits it (see :class:`NodeEntry`).
-
-        ``run(finished)`` runs the step (the body calls ``finished(update)`` when it returns).
-        Where it is safe - a node of a root graph, ``durability="sync"`` (or ``"async"``: see
-        :func:`~._checkpoint.place_entry`; LangGraph then writes the checkpoint in the
-        background and the next node's body runs meanwhile), checkpointed by this
-        backend's saver, no other node of the attempt waiting so - the entry, the node's
-        ``put_writes`` and the checkpoint are one transaction: one commit a superstep instead
-        of three. LangGraph starts no next superstep before that ``put`` returned, and it
-        returns after the step: a refusal is raised there, before any next node's body runs.
-        Anywhere else the entry commits before the node returns, as any step's.
-        """
-        saver, owner = self._saver, owner_of(config)
-        conf = config.get("configurable") or {}
-        durability = conf.get(CONFIG_KEY_DURABILITY)
-        superstep = (config.get("metadata") or {}).get("langgraph_step")
-        if saver is None or owner is None \
-                or conf.get(CONFIG_KEY_CHECKPOINTER) is not saver \
-                or durability not in ("sync", "async") \
-                or NS_SEP in str(conf.get("checkpoint_ns", NS_SEP)):
-            return await run(None)
-        db = cast(FencedAsyncSqliteSaver, saver)
-        loop = asyncio.get_running_loop()
-        entry = NodeEntry(owner, loop.create_future(), loop.create_future(), superstep=superstep,
-                          overlaps=durability == "async")
-        if not place_entry(db.deferred, db.following, owner, entry):
-            return await run(None)
-        token = _NODE_ENTRY.set(entry)
-        try:
-            step = loop.create_task(run(entry.finished))
-        finally:
-            _NODE_ENTRY.reset(token)
-        entry.task = step
-
-        def ended(task: asyncio.Task[Any]) -> None:
-            entry_ended(db.deferred, db.following, owner, entry)
-            entry.give_up()
-            if not entry.ready.done():
-                entry.ready.set_result(None)   # the node returns the step's own outcome
-            if not task.cancelled():
-                task.exception()   # retrieved: the checkpoint's put (or the node) raises it
-
-        step.add_done_callback(ended)
-        try:
-            await entry.ready   # the entry waits for its checkpoint, or the step ended
-        except BaseException:
-            step.cancel()   # nobody would await it
-            raise
-        if step.done():   # restored, refused, failed, or written without a checkpoint
-            return step.result()
-        return entry.result
 
     async def record_with_task_write(self, work_id: str, command: Command, slot: TaskWrite | None,
                                      writes: Sequence[tuple[str, Any]], *,

@@ -51,8 +51,8 @@ from outlive.sqlstore import SqliteLedgerStore
 
 from ._context import TaskWrite, is_special, note_wait, owner_of
 
-__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "NodeEntry", "QueuesEntries",
-           "TaskWrites", "after_earlier", "entry_ended", "may_write", "place_entry"]
+__all__ = ["FencedAsyncSqliteSaver", "FencedCheckpointer", "QueuesEntries", "TaskWrites",
+           "may_write"]
 
 _RETURN = "__return__"  # the channel LangGraph saves a Functional API task's result on
 
@@ -284,91 +284,6 @@ Statement = tuple[str, list[tuple[Any, ...]]]
 Rows = list[Statement]
 
 
-@dataclass(eq=False)
-class NodeEntry:
-    """A node step's journal entry waiting for the superstep's checkpoint to carry it.
-
-    Under ``durability="sync"`` LangGraph starts no next superstep before the superstep's
-    checkpoint ``put`` returned, so a node's entry need not commit before the node returns: it
-    is committed in one transaction with the node's ``put_writes`` (held for the checkpoint)
-    and the checkpoint, and that ``put`` returns only once the step did (its refusal is raised
-    there, before any next node's body runs). Set up by
-    :meth:`~outlive_langgraph.backend.LangGraphSqliteBackend.defer_node_entry`.
-    """
-
-    owner: tuple[str, int, int]
-    #: Set when the body returned and its entry waits to be carried: the node returns then.
-    ready: asyncio.Future[None]
-    #: LangGraph's statements to commit with the entry ([]: commit the entry alone).
-    calls: asyncio.Future[Rows]
-    task: asyncio.Task[Any] | None = None
-    result: Any = None
-    body_done: bool = False
-    #: LangGraph's superstep of the node (``langgraph_step``).
-    superstep: Any = None
-    #: Under ``durability="async"``: LangGraph's writes of earlier supersteps may still come
-    #: while the node runs; they neither wait for the step nor carry its entry.
-    overlaps: bool = False
-    #: The earlier superstep's entry this one follows (``place_entry``), until it ended.
-    earlier: NodeEntry | None = None
-    #: The entry was written (then no later write of the step's task is carried again).
-    written: bool = False
-    #: The carrier's statements committed with the entry.
-    carried: bool = False
-
-    def finished(self, result: Any) -> None:
-        """The node's body returned ``result`` (its entry is the step's next ledger write)."""
-        self.result = result
-        self.body_done = True
-
-    def give_up(self) -> None:
-        """No checkpoint came in time: the entry is written alone."""
-        if not self.calls.done():
-            self.calls.set_result([])
-
-
-def place_entry(pending: dict[Any, Any], following: dict[Any, Any], owner: Owner,
-                entry: Any) -> bool:
-    """Register a node step's journal entry to wait for its superstep's checkpoint to carry it
-    (``pending``: the attempt's entry waiting so, by owner). False: it cannot wait so, and
-    commits before the node returns (a node of this very superstep waits already: parallel
-    nodes). Under ``durability="async"`` LangGraph starts the next superstep before the last
-    one's checkpoint was written: the entry then *follows* the earlier one (``following``):
-    its body runs now, its write waits for the earlier step to end (``entry.earlier``) and it
-    becomes the attempt's pending entry once that one ended (:func:`entry_ended`)."""
-    earlier = pending.get(owner)
-    if earlier is None:
-        pending[owner] = entry
-        return True
-    if not entry.overlaps or entry.superstep is None or earlier.superstep is None \
-            or earlier.superstep == entry.superstep or owner in following:
-        return False
-    entry.earlier = earlier
-    following[owner] = entry
-    return True
-
-
-def entry_ended(pending: dict[Any, Any], following: dict[Any, Any], owner: Owner,
-                entry: Any) -> None:
-    """``entry``'s step ended: the entry that followed it (if any) is the attempt's pending one."""
-    if pending.get(owner) is entry:
-        del pending[owner]
-        after = following.pop(owner, None)
-        if after is not None:
-            pending[owner] = after
-    elif following.get(owner) is entry:
-        del following[owner]
-
-
-async def after_earlier(entry: Any) -> None:
-    """Before a following entry's write: the earlier superstep's step ends first (its write is
-    at the server, and would move the head under this one); its refusal is raised here."""
-    earlier = entry.earlier
-    if earlier is not None and earlier.task is not None:
-        await asyncio.shield(earlier.task)
-    entry.earlier = None
-
-
 _Call = TypeVar("_Call")
 
 
@@ -581,17 +496,10 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         #: Input checkpoints committed in a journal entry's transaction (tests, benchmarks).
         self.carried_puts = 0
         self._carried: dict[str, list[Carried]] = {}
-        #: Node steps' journal entries waiting for their superstep's checkpoint (see
-        #: :class:`NodeEntry`), by attempt.
-        self.deferred: dict[tuple[str, int, int], NodeEntry] = {}
-        #: Under ``durability="async"``: a node's entry that waits behind the one above.
-        self.following: dict[tuple[str, int, int], NodeEntry] = {}
         #: How long a node's ``put_writes`` waits for the checkpoint to carry it (0: never).
         self.hold_seconds = 0.005
-        #: Node ``put_writes`` committed in the checkpoint's transaction, and checkpoints
-        #: committed in a node step's journal transaction (tests, benchmarks).
+        #: Node ``put_writes`` committed in the checkpoint's transaction (tests, benchmarks).
         self.held = 0
-        self.carried = 0
         self._held = {}
         #: Task id -> the end of a journal write carrying that task's row, queued but maybe not
         #: committed yet (its task returned once it was queued).
@@ -720,11 +628,8 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         rows = [(thread, conf["checkpoint_ns"], checkpoint["id"], conf.get("checkpoint_id"), type_,
                  blob, meta)]
         await self.after_flights(config)
-        owner = owner_of(config) if self.deferred or self._held else None
-        entry = self.deferred.get(owner) if owner is not None else None
-        if entry is not None and (entry.ready.done() or not entry.overlaps):
-            await self._put_with_entry(config, entry, rows)
-        elif owner is not None and self._held and owner in self._held:
+        owner = owner_of(config) if self._held else None
+        if owner is not None and owner in self._held:
             await self._put_with_held(config, owner, rows)
         elif not (thread in self.carry_threads and metadata.get("source") == "input"
                 and owner_of(config) is None and await self.carry(thread, _PUT, rows)):
@@ -732,30 +637,6 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         return {"configurable": {"thread_id": conf["thread_id"],
                                  "checkpoint_ns": conf["checkpoint_ns"],
                                  "checkpoint_id": checkpoint["id"]}}
-
-    async def _put_with_entry(self, config: RunnableConfig, entry: NodeEntry,
-                              rows: list[tuple[Any, ...]]) -> None:
-        """The checkpoint (and the node's ``put_writes`` held for it) committed with the node
-        step's journal entry, in its transaction; once the step ended (its refusal is raised
-        here). If the entry went alone, or wrote nothing, they are written here, fenced."""
-        held = self._held.pop(entry.owner, [])
-        calls: Rows = [c for h in held for c in h.calls]
-        calls.append((_PUT, rows))
-        try:
-            if entry.ready.done() and not entry.calls.done():
-                entry.calls.set_result(calls)
-            if entry.task is not None:
-                await asyncio.shield(entry.task)
-            carried = entry.carried and entry.calls.done() and not entry.calls.cancelled() \
-                and entry.calls.result() is calls
-            if carried:
-                self.carried += 1
-            else:
-                await self._fenced_all(config, calls)
-        except BaseException:
-            self._settle_held(held, False)
-            raise
-        self._settle_held(held, True)
 
     async def _put_with_held(self, config: RunnableConfig, owner: Owner,
                              rows: list[tuple[Any, ...]]) -> None:
@@ -824,10 +705,10 @@ class FencedAsyncSqliteSaver(AsyncSqliteSaver, TaskWrites, QueuesEntries,
         sql, rows = self.task_rows(TaskWrite(
             thread_id=str(conf["thread_id"]), checkpoint_ns=str(conf["checkpoint_ns"]),
             checkpoint_id=str(conf["checkpoint_id"]), task_id=task_id, task_path=task_path), writes)
-        if stray is None and (self.deferred or self.entries) and self.hold_seconds > 0 \
+        if stray is None and self.entries and self.hold_seconds > 0 \
                 and not any(w[0] in WRITES_IDX_MAP for w in writes):
             owner = owner_of(config)
-            if owner is not None and (owner in self.deferred or owner in self.entries) \
+            if owner is not None and owner in self.entries \
                     and await self._hold(owner, [(sql, rows)]):
                 return  # committed with the node's entries and the superstep's checkpoint
         await self._fenced(config, sql, rows, stray)

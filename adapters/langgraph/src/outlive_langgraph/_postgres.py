@@ -24,14 +24,13 @@ import asyncio
 import contextvars
 import functools
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import NS_SEP
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -57,7 +56,7 @@ from ._checkpoint import (
     TaskWrites,
     may_write,
 )
-from ._context import IN_NODE, TaskWrite, is_special, note_wait, owner_of
+from ._context import TaskWrite, is_special, note_wait, owner_of
 
 __all__ = ["FencedAsyncPostgresSaver", "LangGraphPostgresBackend"]
 
@@ -759,30 +758,6 @@ class LangGraphPostgresBackend(_CoreLedgerBackend):
 
     def _entry_saver(self) -> QueuesEntries | None:
         return self._saver
-
-    async def defer_node_entry(self, config: RunnableConfig,
-                               run: Callable[[Callable[[Any], None] | None],
-                                             Coroutine[Any, Any, Any]]) -> Any:
-        """Run a node's step; its journal entry rides the attempt's next fenced write.
-
-        ``run(finished)`` runs the step. Where it is safe - a node of a root graph, checkpointed
-        by this backend's saver, under ``durability="sync"`` (or ``"async"``) - the step's entry
-        is queued (:meth:`entry_queue`, as a :func:`~outlive_langgraph.node_step`'s) instead of
-        committed, and the node returns its update at once: the attempt's next fenced write (the
-        node's ``put_writes``, held for the superstep's checkpoint) sends the entry and
-        LangGraph's statements as one statement, so nothing the node returned lands without it.
-        LangGraph starts no next superstep before that ``put`` returned: a refusal of the entry
-        is raised there, before any next node's body runs (and by every later write of the
-        attempt). Anywhere else the entry commits before the node returns, as any step's.
-        """
-        conf = config.get("configurable") or {}
-        if NS_SEP in str(conf.get("checkpoint_ns", NS_SEP)):
-            return await run(None)
-        token = IN_NODE.set(config)   # Worker.step asks entry_queue whether it may queue
-        try:
-            return await run(None)
-        finally:
-            IN_NODE.reset(token)
 
     async def _secrets_sql(self, query: str, params: tuple[Any, ...]) -> Any:
         saver = self._saver
