@@ -269,8 +269,8 @@ async def _node_loop(path: Path, n: int, *, defer: bool) -> tuple[int, int, list
 async def test_a_node_superstep_is_one_commit_on_sqlite(tmp_path: Path) -> None:
     """A StateGraph node that is an outlive step: its journal entry, LangGraph's write of the
     node's update and the superstep's checkpoint are one transaction (the entry is queued, the
-    ``put_writes`` held for the ``put``, which carries both): one commit a superstep, where the entry committing
-    before the node returns costs three (the entry, the update, the checkpoint). The same
+    ``put_writes`` held for the ``put``, which carries both): one commit a superstep, where the
+    entry committing before the node returns costs three (the entry, the update, the checkpoint). The same
     entries and rows either way; runs of 6 and 12 supersteps, the difference over 6."""
     commits, carried, journal, updates = await _node_loop(tmp_path / "a.db", N, defer=True)
     more, _, _, _ = await _node_loop(tmp_path / "b.db", 2 * N, defer=True)

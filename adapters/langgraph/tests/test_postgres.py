@@ -15,10 +15,17 @@ from langgraph.func import entrypoint
 from langgraph.graph import END, START, StateGraph
 
 import outlive
-from outlive import Controller, Worker
+from outlive import Controller, External, Worker
 from outlive import ledger as L
 from outlive_conformance.suite import ConformanceSuite
-from outlive_langgraph import attempt_config, outlive_node, outlive_task, run, step_thread_id
+from outlive_langgraph import (
+    attempt_config,
+    node_step,
+    outlive_node,
+    outlive_task,
+    run,
+    step_thread_id,
+)
 from outlive_langgraph.pgserver import PostgresServer
 from outlive_langgraph.postgres import FencedAsyncPostgresSaver
 
@@ -516,6 +523,56 @@ async def test_a_node_superstep_is_one_commit(pg_server: PostgresServer) -> None
     assert (more - commits, base_more - base) == (n, 2 * n)   # commits a superstep: 1, was 2
 
 
+async def _step_in_node_commits(pg_server: PostgresServer, n: int, *,
+                                journaled: bool) -> tuple[int, list[str], int]:
+    """(server commits, the journal, entries carried) for ``n`` supersteps of one plain node
+    on the fenced saver, with a ``node_step`` inside it or the same work without outlive."""
+    db = f"s_{uuid.uuid4().hex[:8]}"
+    b = await outlive.open_backend(pg_server.create_database(db))
+    try:
+        saver = b.checkpointer  # type: ignore[attr-defined]
+        assert isinstance(saver, FencedAsyncPostgresSaver)
+        saver.hold_seconds = saver.entry_seconds = 30.0   # only a fenced write carries them
+
+        async def node(state: _Loop) -> dict[str, int]:
+            async def body(i: Any) -> dict[str, int]:
+                return {"i": i + 1}
+
+            if journaled:
+                got: dict[str, int] = await node_step(f"s{state['i']}", body,
+                                                      i=External(state["i"]))
+                return got
+            return await body(state["i"])
+
+        g = StateGraph(_Loop)
+        g.add_node("work", node)
+        g.add_edge(START, "work")
+        g.add_conditional_edges("work", lambda s: END if s["i"] >= s["stop"] else "work")
+        _ctl, w = await first_attempt(b)
+        before = _writes(pg_server.conninfo(db))
+        await run(g.compile(checkpointer=saver), {"i": 0, "stop": n}, worker=w,
+                  config={"configurable": {"thread_id": "loop"}})
+        commits = _writes(pg_server.conninfo(db)) - before
+        st = await b.load("q3")
+        assert st is not None
+        return commits, [e.step for e in st.journal], saver.carried_entries
+    finally:
+        await b.close()
+
+
+async def test_a_step_inside_a_node_costs_no_commit_of_its_own(pg_server: PostgresServer) -> None:
+    """A ``node_step`` (a model call in an agent's node, a tool call in a ``ToolNode``) on
+    PostgreSQL: its entry is queued and rides the superstep's one statement (the node's held
+    ``put_writes`` and the checkpoint), so the graph commits no more than the same graph
+    without the step (before, the entry was a commit of its own: one more a superstep)."""
+    n = 6
+    ours, journal, carried = await _step_in_node_commits(pg_server, n, journaled=True)
+    plain, none, _ = await _step_in_node_commits(pg_server, n, journaled=False)
+    assert journal == [f"s{i}" for i in range(n)] and none == []
+    assert carried == n
+    assert ours == plain
+
+
 async def test_a_node_step_costs_no_asyncio_task_of_its_own(pg_server: PostgresServer) -> None:
     """An outlive node's step runs in the node itself and queues its entry for the superstep's
     checkpoint statement: the run makes as many asyncio tasks as the same graph with a plain
@@ -549,7 +606,7 @@ async def test_a_node_step_costs_no_asyncio_task_of_its_own(pg_server: PostgresS
 
         async def tasks(graph: Any, thread: str) -> int:
             made[0] = 0
-            loop.set_task_factory(counting)   # type: ignore[arg-type]
+            loop.set_task_factory(counting)
             try:
                 out = await run(graph, {"i": 0, "stop": n}, worker=w,
                                 config={"configurable": {"thread_id": thread}})
