@@ -13,6 +13,12 @@ One server, one deployment of ``step_cost_app``. Each round runs one invocation 
                  step writes held and sent in batches to outlive's ledger object, whose
                  invocations run in the same deployment and are counted with it).
 
+``python adapters/restate/bench/step_cost.py split [N] [ROUNDS]`` instead measures as ``make
+bench-restate`` does: in one invocation per round and row (``owner``, ``renewed``), chunks of 20
+raw steps alternate with chunks of 20 owner steps, and the deployment's and the server's CPU
+(ns, from the kernel) and the wall time are summed by kind of chunk (``owned_split``): what an
+owner step costs beyond a raw one, with no flush inside the timed chunks (as in the benchmark).
+
 For each: the SDK state-machine calls and HTTP/2 frames per step (deterministic, counted in the
 deployment), and the CPU per step of the restate-server and of the deployment process (from
 ``/proc``) and the wall time, medians over the rounds. Counts do not move with the machine's
@@ -100,6 +106,40 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
             for name, rows in got.items()}
 
 
+async def split(n: int, rounds: int) -> dict[str, Any]:
+    """Per row, the medians over ``rounds`` of ``owned_split``'s figures (us per step)."""
+    got: dict[str, list[dict[str, float]]] = {}
+    with RestateServer(app="step_cost_app:app", pythonpath=(str(HERE),),
+                       ledger="bench_desk") as server:
+        assert server.server is not None
+        async with await outlive.open_backend(server.url) as desk, \
+                httpx.AsyncClient(timeout=600) as http:
+            for r in range(rounds + 1):   # the first round warms up, and is dropped
+                for name, renew in (("owner", None), ("renewed", 20_000)):
+                    work = f"cost/{uuid.uuid4().hex[:8]}"
+                    ctl = Controller(desk)
+                    await ctl.open_work(work)
+                    await ctl.publish(work, "v1", {"report": "cost"})
+                    att = await ctl.admit(work, keyed=False)
+                    resp = await http.post(
+                        f"{server.ingress}/bench_desk/{work.replace('/', '%2F')}/owned_split",
+                        json={"n": n, "chunk": 20, "server": server.server.pid},
+                        headers=attempt_headers(work, att, "bench_desk", renew_ms=renew))
+                    resp.raise_for_status()
+                    if r:
+                        got.setdefault(name, []).append(resp.json())
+    out: dict[str, Any] = {}
+    for name, rows in got.items():
+        med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+        for k in ("dep", "srv", "wall"):
+            med[f"extra {k}"] = statistics.median(row[f"owner {k}"] - row[f"raw {k}"]
+                                                  for row in rows)
+            med[f"ratio {k}"] = statistics.median(row[f"owner {k}"] / row[f"raw {k}"]
+                                                  for row in rows)
+        out[name] = med
+    return out
+
+
 def report(res: dict[str, Any], n: int, rounds: int) -> None:
     print(f"Restate, one invocation of {n} steps per kind, {rounds} rounds (medians):")
     keys = sorted({k for v in res.values() for k in v})
@@ -109,6 +149,16 @@ def report(res: dict[str, Any], n: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["split"]:
+        steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+        times = int(sys.argv[3]) if len(sys.argv) > 3 else 7
+        res = asyncio.run(split(steps, times))
+        print(f"Restate, owner steps alternating with raw ones in chunks of 20, {steps} of each "
+              f"per invocation, {times} rounds (medians, us per step):")
+        print(f"  {'':24s}" + "".join(f"{name:>12s}" for name in res))
+        for k in next(iter(res.values())):
+            print(f"  {k:24s}" + "".join(f"{v[k]:12.3f}" for v in res.values()))
+        sys.exit(0)
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     times = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     report(asyncio.run(main(steps, times)), steps, times)

@@ -3,6 +3,9 @@ SDK's state-machine calls counted (``counts`` answers them and starts again)."""
 
 from __future__ import annotations
 
+import cProfile
+import os
+import time
 from collections import Counter
 from typing import Any
 
@@ -94,6 +97,100 @@ async def raw_sets(ctx: restate.ObjectContext, arg: dict[str, Any]) -> str:
                 for k in range(sets):
                     ctx.set(f"r/{j:064d}/{k}", b"%d,%d" % (j, j), serde=_B)
     return "done"
+
+
+def _server_cpu(pid: int) -> int:
+    """CPU ns of every thread of process ``pid`` so far (``/proc/<pid>/task/*/schedstat``)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError):
+            pass   # a thread that ended between the listing and the read
+    return total
+
+
+#: STEP_COST_TIMES=1: the sync pieces of an owner step, each timed (inclusive, ns), by name.
+TIMES: Counter[str] = Counter()
+
+
+def _timed(owner: Any, attr: str, label: str) -> None:
+    inner = getattr(owner, attr)
+    clock = time.thread_time_ns if os.environ.get("STEP_COST_TIMES") == "cpu" else time.perf_counter_ns
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = clock()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            TIMES[label] += clock() - t0
+            TIMES[f"calls {label}"] += 1000   # reported per step
+
+    setattr(owner, attr, timed)
+
+
+if os.environ.get("STEP_COST_TIMES"):
+    from outlive import codec as _codec
+    from outlive import ledger as _L
+    from outlive import worker as _worker
+    from outlive_restate import _engine
+
+    for _owner, _attr in ((_worker.Worker, "_prepare"), (_worker.Worker, "_restore"),
+                          (_worker.Worker, "_remember"), (_worker._Prepared, "record"),
+                          (_engine, "_envelope"), (_engine._Ahead, "__call__"),
+                          (_engine.OwnedBackend, "_compute"), (_engine.OwnedBackend, "_commit"),
+                          (_engine, "_after_send"), (_engine, "_encode_entry"),
+                          (_codec, "dumps"), (_L, "checked"), (_L, "apply"), (_L, "reads"),
+                          (_L, "changed")):
+        _timed(_owner, _attr, f"{getattr(_owner, '__name__', _owner)}.{_attr}")
+
+
+@bench_desk.handler()
+async def owned_split(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[str, float]:
+    """As the benchmark's ``owned`` row: chunks of raw steps alternate with chunks of owner
+    steps in one invocation; answers the CPU (ns) of this process and of the server
+    (``arg["server"]``: its pid) and the wall time spent in each kind of chunk, and the
+    steps of each kind. What the two reads cost is charged to neither."""
+    n, chunk, server = int(arg["n"]), int(arg["chunk"]), int(arg["server"])
+    spent = {f"{who} {k}": 0 for who in ("raw", "owner") for k in ("dep", "srv", "wall")}
+
+    def sample() -> tuple[int, int, int]:
+        d0 = time.process_time_ns()
+        s = _server_cpu(server)
+        return d0, s, time.process_time_ns()
+
+    profile = os.environ.get("STEP_COST_PROFILE")
+    profs = {k: cProfile.Profile() for k in ("raw", "owner")} if profile else {}
+    async with outlive_restate.attempt(ctx, **arg.get("options", {})) as w:
+        TIMES.clear()
+        for start in range(0, n, chunk):
+            for kind in ("raw", "owner"):
+                if profs:
+                    profs[kind].enable()
+                _d0, s0, d1 = sample()
+                t0 = time.perf_counter_ns()
+                for i in range(start, min(n, start + chunk)):
+                    if kind == "raw":
+                        await _raw(ctx, i)
+                    else:
+                        await w.step(f"s{i}", _body, i=External(i))
+                t1 = time.perf_counter_ns()
+                d2, s1, _d3 = sample()
+                if profs:
+                    profs[kind].disable()
+                spent[f"{kind} dep"] += d2 - d1
+                spent[f"{kind} srv"] += s1 - s0
+                spent[f"{kind} wall"] += t1 - t0
+
+        for kind, prof in profs.items():   # STEP_COST_PROFILE=path: each kind's, for pstats
+            prof.dump_stats(f"{profile}.{'renewed' if w.backend.renew_ms else 'owner'}.{kind}")
+
+        async def took() -> dict[str, float]:
+            return {k: v / n / 1000 for k, v in {**spent, **TIMES}.items()}   # us per step
+
+        got: dict[str, float] = await ctx.run_typed("elapsed", took)
+    return got
 
 
 app = restate.app([bench, bench_desk, bench_sink, cost, *outlive_restate.services()])
