@@ -130,7 +130,8 @@ async def split(n: int, rounds: int) -> dict[str, Any]:
                         got.setdefault(name, []).append(resp.json())
     out: dict[str, Any] = {}
     for name, rows in got.items():
-        med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+        med = {k: statistics.median(row.get(k, 0.0) for row in rows)
+               for k in sorted({k for row in rows for k in row})}
         for k in ("dep", "srv", "wall"):
             med[f"extra {k}"] = statistics.median(row[f"owner {k}"] - row[f"raw {k}"]
                                                   for row in rows)
@@ -156,8 +157,8 @@ if __name__ == "__main__":
         print(f"Restate, owner steps alternating with raw ones in chunks of 20, {steps} of each "
               f"per invocation, {times} rounds (medians, us per step):")
         print(f"  {'':24s}" + "".join(f"{name:>12s}" for name in res))
-        for k in next(iter(res.values())):
-            print(f"  {k:24s}" + "".join(f"{v[k]:12.3f}" for v in res.values()))
+        for k in sorted({k for v in res.values() for k in v}):
+            print(f"  {k:24s}" + "".join(f"{v.get(k, 0.0):12.3f}" for v in res.values()))
         sys.exit(0)
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     times = int(sys.argv[2]) if len(sys.argv) > 2 else 5

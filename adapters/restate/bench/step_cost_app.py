@@ -4,6 +4,7 @@ SDK's state-machine calls counted (``counts`` answers them and starts again)."""
 from __future__ import annotations
 
 import cProfile
+import gc
 import os
 import time
 from collections import Counter
@@ -146,6 +147,23 @@ if os.environ.get("STEP_COST_TIMES"):
         _timed(_owner, _attr, f"{getattr(_owner, '__name__', _owner)}.{_attr}")
 
 
+#: The garbage collector's passes during the chunks: by generation, how many and how long (ns).
+_GC: dict[str, int] = {}
+_GC_START = [0]
+
+
+def _gc_pass(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _GC_START[0] = time.perf_counter_ns()
+        return
+    gen = info["generation"]
+    _GC[f"gc{gen} passes"] = _GC.get(f"gc{gen} passes", 0) + 1
+    _GC[f"gc{gen} ns"] = _GC.get(f"gc{gen} ns", 0) + time.perf_counter_ns() - _GC_START[0]
+
+
+gc.callbacks.append(_gc_pass)
+
+
 @bench_desk.handler()
 async def owned_split(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[str, float]:
     """As the benchmark's ``owned`` row: chunks of raw steps alternate with chunks of owner
@@ -169,6 +187,7 @@ async def owned_split(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[s
                 if profs:
                     profs[kind].enable()
                 _d0, s0, d1 = sample()
+                _GC.clear()
                 t0 = time.perf_counter_ns()
                 for i in range(start, min(n, start + chunk)):
                     if kind == "raw":
@@ -182,6 +201,9 @@ async def owned_split(ctx: restate.ObjectContext, arg: dict[str, Any]) -> dict[s
                 spent[f"{kind} dep"] += d2 - d1
                 spent[f"{kind} srv"] += s1 - s0
                 spent[f"{kind} wall"] += t1 - t0
+                for k, v in _GC.items():   # per step: passes x1000, us
+                    spent[f"{kind} {k}"] = spent.get(f"{kind} {k}", 0) + v * (
+                        1000_000 if k.endswith("passes") else 1)
 
         for kind, prof in profs.items():   # STEP_COST_PROFILE=path: each kind's, for pstats
             prof.dump_stats(f"{profile}.{'renewed' if w.backend.renew_ms else 'owner'}.{kind}")

@@ -74,7 +74,7 @@ class _Ctx:
     def run_typed(self, name: str, action: Callable[[], Awaitable[Any]], options: Any = None,
                   ) -> Awaitable[Any]:
         async def run() -> Any:
-            value = await action()
+            value = await asyncio.ensure_future(action())   # as the SDK: in a task of its own
             if self.answer_late:   # the server's answer comes after a few turns of the loop
                 for _ in range(5):
                     await asyncio.sleep(0)
@@ -134,7 +134,7 @@ async def test_work_done_ahead_writes_what_work_done_after_the_entry_writes(
 
     def watched(self: Any, raw: bytes) -> None:
         real(self, raw)
-        ahead_seen.append(self.got is not None)
+        ahead_seen.append(self.raw is not None)
 
     monkeypatch.setattr(_engine._Ahead, "__call__", watched)
     runs = []

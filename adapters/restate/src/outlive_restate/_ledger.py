@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -423,18 +423,15 @@ def _encode_entry(e: JournalEntry) -> bytes:
 
 
 def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
-           wrote: list[bytes] | None = None,
-           known: Mapping[int, bytes] | None = None, *, index: bool = True) -> _View:
+           wrote: list[bytes] | None = None, *, index: bool = True) -> _View:
     """Store ``new`` (the result of ``apply`` on ``view``): what changed, then the core.
 
     Returns the view of what is now stored (``new`` itself as the state). ``wrote`` gets the
     written values as the JSON members of an answer (:func:`answer`): ``"j":[entries]``, then
-    ``"c":{collections}``, then ``"core":core``. ``known`` holds entries already encoded
-    (:func:`_encode_entry`), by ``id()`` of the entry object: they are not encoded again.
-    ``index=False`` (the owner shape) indexes none of the new entries; else they are indexed
-    in a new run, with the entries ``view`` read unindexed, merged with the newest runs no
-    larger than it whose values ``view`` holds (a command that names no entry reads no run,
-    and adds one).
+    ``"c":{collections}``, then ``"core":core``. ``index=False`` (the owner shape) indexes
+    none of the new entries; else they are indexed in a new run, with the entries ``view``
+    read unindexed, merged with the newest runs no larger than it whose values ``view`` holds
+    (a command that names no entry reads no run, and adds one).
     """
     key = ctx.key()
     old = view.state if view is not None else None
@@ -457,10 +454,7 @@ def _write(ctx: restate.ObjectContext, view: _View | None, new: WorkState,
         x = n
     entries: list[bytes] = []
     for k, e in enumerate(added):
-        hit = known.get(id(e)) if known is not None else None
-        if hit is None:
-            hit = _encode_entry(e)
-        entries.append(hit)
+        entries.append(_encode_entry(e))
         if index:
             places[e.result_id] = [n + k, n]
     runs = list(view.runs) if view is not None else []
