@@ -141,7 +141,7 @@ if os.environ.get("STEP_COST_TIMES"):
                           (_worker.Worker, "_remember"), (_worker._Prepared, "record"),
                           (_engine, "_envelope"), (_engine._Ahead, "__call__"),
                           (_engine.OwnedBackend, "_compute"), (_engine.OwnedBackend, "_commit"),
-                          (_engine, "_after_send"), (_engine, "_encode_entry"),
+                          (_engine, "_after_send"), (_engine.HandlerBackend, "_run"),
                           (_codec, "dumps"), (_L, "checked"), (_L, "apply"), (_L, "reads"),
                           (_L, "changed")):
         _timed(_owner, _attr, f"{getattr(_owner, '__name__', _owner)}.{_attr}")
