@@ -21,7 +21,7 @@ from restate.serde import BytesSerde
 import outlive_restate
 from outlive import External, Worker
 from outlive.records import Candidate, InputVersion
-from outlive_restate import _futures, _ledger
+from outlive_restate import _engine, _futures, _ledger
 
 _EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "restate_owner")
 if _EXAMPLE not in sys.path:
@@ -109,6 +109,13 @@ async def sent_taken(ctx: restate.Context, arg: Any) -> int:
     """How many commands this deployment's ledger took as sent (not decoded again)."""
     del ctx, arg
     return _ledger.taken
+
+
+@reports.handler()
+async def ahead_taken(ctx: restate.Context, arg: Any) -> int:
+    """How many owner steps in this deployment took the write worked out ahead of the entry."""
+    del ctx, arg
+    return _engine.ahead_taken
 
 
 @reports.handler()

@@ -531,13 +531,18 @@ async def desk(server: RestateServer) -> AsyncIterator[RestateBackend]:
         yield b
 
 
-async def test_owner_shape_on_the_users_object(desk: RestateBackend, tmp_path: Path) -> None:
+async def test_owner_shape_on_the_users_object(server: RestateServer, desk: RestateBackend,
+                                                tmp_path: Path) -> None:
     work = f"owner/{uuid.uuid4().hex[:8]}"
     log = tmp_path / "calls"
+    before: int = await _counted(server, "ahead_taken")
     await open_and_start(desk, work, log, service="desk", handler="draft", key=work)
     st = await until("the owner to finish", lambda: finished(desk, work))
     assert [(e.step, e.attempt) for e in st.journal] == [("s1", 1), ("s2", 1)]
     assert len(st.candidates) == 1 and calls(log).count("1:s1") == 1
+    # each step's write was worked out while the server journaled the step (the work is
+    # started from the end of the task the SDK runs the step's action in), and taken
+    assert await _counted(server, "ahead_taken") - before == 2
 
 
 async def test_owner_shape_silent_owner_is_cancelled_and_replaced(
