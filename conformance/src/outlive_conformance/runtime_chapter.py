@@ -63,7 +63,9 @@ def _kind(name: str, feed: _Feed, *, fail_first: int = 0, fatal: bool = False) -
 
     return Kind(name=name, attempt=attempt,
                 contract=Contract(name="digest-form", version="1", assessor="suite"),
-                lease=Lease(heartbeat_interval=1_000, missed_beats=3, start_grace=10_000),
+                # No test here waits for a lease to run out; a long one keeps a loaded machine's
+                # stalled beats from handing a live attempt to a second one.
+                lease=Lease(heartbeat_interval=1_000, missed_beats=10, start_grace=10_000),
                 retry=RetryPolicy(maximum_attempts=3, initial_interval=0.01))
 
 
