@@ -155,3 +155,41 @@ def test_without_a_builtin_sha256_or_with_a_wrong_one_hashlibs_is_used(
     wrong = types.SimpleNamespace(sha256=hashlib.sha1)   # a digest, but another one
     monkeypatch.setattr(hashing.importlib, "import_module", lambda name: wrong)
     assert hashing._builtin_sha256() is hashlib.sha256
+
+
+def test_a_scalar_hash_is_its_canonical_hash_whether_remembered_or_not() -> None:
+    """Exact ints and floats are remembered by value, one table per type: equal values of two
+    types may have two canonical texts (``2 ** 62`` is written as its digits, ``2.0 ** 62`` in
+    RFC 8785's shortest form), and ``True == 1``; a refused value is never remembered."""
+    from outlive import hashing
+
+    hashing._INT_HASHES.clear()
+    hashing._FLOAT_HASHES.clear()
+    values = [0, 1, -1, 2 ** 62, 2 ** 63 - 1, -(2 ** 63), 1.0, 0.5, -0.0, 0.0, 2.0 ** 62, 1e300,
+              True, False, None]
+    for value in values * 2:                                     # derived, then remembered
+        assert content_hash(value) == hashing._SHA256(canonical(value)).hexdigest()
+    assert hashing._INT_HASHES and hashing._FLOAT_HASHES
+    assert content_hash(2 ** 62) != content_hash(2.0 ** 62)     # equal, not one text
+    assert content_hash(True) != content_hash(1) and content_hash(False) != content_hash(0)
+    assert content_hash(1) == content_hash(1.0)                 # one number: "1"
+    for bad in (2 ** 63, -(2 ** 63) - 1, float("nan"), float("inf")):
+        with pytest.raises(InvalidRecord):
+            content_hash(bad)
+    assert 2 ** 63 not in hashing._INT_HASHES and float("inf") not in hashing._FLOAT_HASHES
+    for i in range(hashing._SCALAR_HASHES_MAX + 10):             # full: cleared, never unbounded
+        content_hash(i)
+        content_hash(i + 0.5)
+    assert len(hashing._INT_HASHES) <= hashing._SCALAR_HASHES_MAX
+    assert len(hashing._FLOAT_HASHES) <= hashing._SCALAR_HASHES_MAX
+
+
+def test_an_int_subclass_is_hashed_as_the_encoder_writes_it() -> None:
+    """Only exact ints take the remembered path: an IntEnum is written by the general path."""
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    assert content_hash(Level.HIGH) == content_hash(3)
+    assert content_hash([Level.HIGH, 3]) == content_hash([3, 3])

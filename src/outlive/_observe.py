@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from .backend import Backend, StepCall
     from .ledger import Command, Outcome
 
-__all__ = ["command_fields", "execute", "log", "recorded", "rejected", "run_and_record",
-           "run_and_record_many", "span", "traced"]
+__all__ = ["command_fields", "execute", "listening", "log", "recorded", "rejected",
+           "run_and_record", "run_and_record_many", "span", "step_recorded", "step_rejected",
+           "traced"]
 
 log = logging.getLogger("outlive.ledger")
 
@@ -118,11 +119,14 @@ def _info(fields: dict[str, Any]) -> None:
     _event("outlive.record", fields)
 
 
-def _listening() -> bool:
+def listening() -> bool:
     """Whether a write's fields are wanted (INFO is logged, or a span records): a step's are
     built only then, since this runs on every step's path."""
     return log.isEnabledFor(logging.INFO) or (
         _tracing() and _otel.get_current_span().is_recording())
+
+
+_listening = listening
 
 
 def _step_fields(call: StepCall) -> dict[str, Any]:
@@ -157,12 +161,22 @@ async def run_and_record(backend: Backend, call: StepCall, fn: Callable[[], Awai
     try:
         result, outcome = await backend.run_and_record(call, fn, record)
     except OutliveError as exc:
-        rejected(call.work_id, "RecordSteps", exc, attempt=call.attempt, token=call.token,
-                 step=call.step)
+        step_rejected(call, exc)
         raise
     if _listening():
-        _info({**_step_fields(call), "outcome": outcome.kind})
+        step_recorded(call, outcome)
     return result, outcome
+
+
+def step_rejected(call: StepCall, error: OutliveError) -> None:
+    """Log the refusal of a step's journal write (what :func:`run_and_record` logs)."""
+    rejected(call.work_id, "RecordSteps", error, attempt=call.attempt, token=call.token,
+             step=call.step)
+
+
+def step_recorded(call: StepCall, outcome: Outcome) -> None:
+    """Log a step's journal write, once :func:`listening` said it is wanted."""
+    _info({**_step_fields(call), "outcome": outcome.kind})
 
 
 async def run_and_record_many(backend: Backend, calls: list[StepCall],

@@ -287,17 +287,52 @@ _TEXT_HASHES_MAX_CHARS = 1 << 20
 _text_hashes_chars = 0
 
 
+#: :func:`content_hash` of exact ``int`` and exact ``float`` values hashed lately, by value, one
+#: table per type (equal values of one of these types have one canonical text; an ``int`` and
+#: the ``float`` equal to it may not: ``2 ** 62`` and ``2.0 ** 62``), and of None and the two
+#: booleans. A step's scalar input is hashed where the step is named and again where it is keyed.
+#: Cleared when full.
+_INT_HASHES: dict[int, str] = {}
+_FLOAT_HASHES: dict[float, str] = {}
+_SCALAR_HASHES_MAX = 4096
+
+
 def content_hash(value: Any) -> str:
     """SHA-256 of the canonical form, hex. Bytes are hashed as they are."""
-    if type(value) is str:
+    t = type(value)
+    if t is str:
         digest = _TEXT_HASHES.get(value)
         if digest is None:
             digest = _SHA256(canonical(value)).hexdigest()
             _remember_text(value, digest)
         return digest
+    if t is int:
+        digest = _INT_HASHES.get(value)
+        if digest is None:
+            # the C encoder writes an exact int as its repr: the canonical text, unless the
+            # value is beyond 64 bits (``canonical`` refuses it)
+            digest = _SHA256(int.__repr__(value).encode("ascii") if -_INT_LIMIT <= value < _INT_LIMIT
+                             else canonical(value)).hexdigest()
+            if len(_INT_HASHES) >= _SCALAR_HASHES_MAX:
+                _INT_HASHES.clear()
+            _INT_HASHES[value] = digest
+        return digest
+    if t is float:
+        digest = _FLOAT_HASHES.get(value)
+        if digest is None:
+            digest = _SHA256(canonical(value)).hexdigest()   # NaN and Infinity are refused
+            if len(_FLOAT_HASHES) >= _SCALAR_HASHES_MAX:
+                _FLOAT_HASHES.clear()
+            _FLOAT_HASHES[value] = digest
+        return digest
+    if value is None or t is bool:
+        return _FIXED_HASHES[value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _SHA256(bytes(value)).hexdigest()
     return _SHA256(canonical(value)).hexdigest()
+
+
+_FIXED_HASHES: dict[Any, str] = {v: _SHA256(canonical(v)).hexdigest() for v in (None, True, False)}
 
 
 def _remember_text(value: str, digest: str) -> None:
@@ -336,9 +371,12 @@ def input_key(step: str, sources: dict[str, str]) -> str:
             key = _KEYS.get(memo)
             if key is None:
                 # The canonical text of {"sources": sources, "step": step}, written directly.
-                key = _sha256_text('{"sources":{' + ",".join(
-                    f"{_STRING(k)}:{_STRING(v)}" for k, v in sorted(items)) + '},"step":'
-                    + _STRING(step) + "}")
+                if len(items) == 1:     # the usual step: one input, nothing to sort
+                    ((k, v),) = items
+                    inner = f"{_STRING(k)}:{_STRING(v)}"
+                else:
+                    inner = ",".join([f"{_STRING(k)}:{_STRING(v)}" for k, v in sorted(items)])
+                key = _sha256_text(f'{{"sources":{{{inner}}},"step":{_STRING(step)}}}')
                 if key is None:   # not valid Unicode: the general path says why
                     return content_hash({"step": step, "sources": sources})
                 if len(_KEYS) >= _KEYS_MAX:

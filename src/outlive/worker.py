@@ -413,7 +413,14 @@ class Worker:
         if self._restore(p):
             return clone(self._results[name])
         if self.persist == "step":
-            result, out = await _observe.run_and_record(self.backend, p.call, p.body, p.record)
+            # ``_observe.run_and_record``, inline: one coroutine fewer on every step's path
+            try:
+                result, out = await self.backend.run_and_record(p.call, p.body, p.record)
+            except OutliveError as exc:
+                _observe.step_rejected(p.call, exc)
+                raise
+            if _observe.listening():
+                _observe.step_recorded(p.call, out)
             self.last_sign = self.clock()   # the journal write was a sign of life
             entry = out.record
             if type(entry) is JournalEntry and entry.result_id == p.rid \

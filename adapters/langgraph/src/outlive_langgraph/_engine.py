@@ -264,11 +264,27 @@ class OutliveTask(Generic[P, T]):
             # or to wait for, so the step runs right here, not in a task of its own.
             merges = worker.persist == "step" and getattr(worker.backend, "merges_task_writes",
                                                           False)
-            pending = PendingTaskWrite(step=step, slot=running_task_write() if merges else None,
-                                       make=_envelope, value=[])
             returned = _RETURNED.get()
-            if returned is not None and pending.slot is not None \
-                    and getattr(worker.backend, "returns_when_sent", False):
+            slot = running_task_write() if merges else None
+            if slot is None:
+                # Nothing to merge (the backend's ``run_and_record`` journals a step whose
+                # pending write has no slot on its own, as it does with none): no pending write,
+                # only an enclosing task's hidden from the steps run here.
+                hidden = PENDING_TASK_WRITE.set(None) if PENDING_TASK_WRITE.get() is not None \
+                    else None
+                try:
+                    result = await _inline(worker, step, run_fn, wrap(inputs))
+                finally:
+                    if hidden is not None:
+                        PENDING_TASK_WRITE.reset(hidden)
+                done = worker.steps[step]
+                made = {_ENVELOPE: step, "key": done.input_key,
+                        "attempt": worker.attempt.number, "result": result}
+                if returned is not None:
+                    returned.append(made)
+                return made
+            pending = PendingTaskWrite(step=step, slot=slot, make=_envelope, value=[])
+            if returned is not None and getattr(worker.backend, "returns_when_sent", False):
                 got, running = await _when_sent(worker, step, run_fn, wrap(inputs), pending)
                 if running is not None:
                     returned.extend((got, running))
