@@ -85,9 +85,12 @@ def test_input_keys_and_result_ids_are_the_hash_of_their_canonical_form(name: st
     sources = {name: content_hash(name), "b": content_hash(1), "A": content_hash(None),
                "ä": content_hash("x"), "a" + name: content_hash([name])}
     assert input_key(name, sources) == content_hash({"step": name, "sources": sources})
+    derived = input_key(name, sources)      # a key input_key derived is written unescaped
     for attempt in (0, 1, 7, 2 ** 63 - 1, -(2 ** 63)):
         assert ledger.result_id("w", name, name + "k", attempt) == \
             content_hash({"step": name, "key": name + "k", "attempt": attempt})
+        assert ledger.result_id("w", name, derived, attempt) == \
+            content_hash({"step": name, "key": derived, "attempt": attempt})
 
 
 @pytest.mark.parametrize("bad", [("s\ud800", "k", 1), ("s", "k\udfff", 1), ("s", "k", 2 ** 63)])

@@ -111,6 +111,16 @@ def _commands(state: WorkState, secret: str, rng: random.Random) -> list[L.Recor
         _write(state, n, tok, "a", ver, secret=secret, result=big),       # too large
         _write(state, n, tok, "a", ver, secret=secret, result=wide),
         _write(state, n, tok, "a", ver, secret=secret, result="y" * 1000),
+        # dicts the quick path sizes without writing them, and those it must write to know
+        _write(state, n, tok, "a", ver, secret=secret,
+               result={"k": "x" * 100, "n": -(2 ** 63), "b": True, "z": None}),
+        _write(state, n, tok, "a", ver, secret=secret, result={"k": big}),
+        _write(state, n, tok, "a", ver, secret=secret, result={"k": wide}),
+        _write(state, n, tok, "a", ver, secret=secret,                     # escaped: 6 a char
+               result={"k": "\x00" * (L.MAX_PAYLOAD_BYTES // 6 + 1)}),
+        _write(state, n, tok, "a", ver, secret=secret,
+               result={"k": "\x00" * (L.MAX_PAYLOAD_BYTES // 6 - 2)}),
+        _write(state, n, tok, "a", ver, secret=secret, result="\x00" * (L.MAX_PAYLOAD_BYTES // 6)),
         _write(state, n, tok, "a", ver, secret=secret, external=("nope",)),
         _write(state, n, tok, "a", ver, secret=secret, external=("a",)),  # a part, external
         _write(state, n, tok, "a", ver, secret=secret, extra={"style": "h"}),   # undeclared

@@ -272,6 +272,28 @@ def _canonical_text(value: Any) -> str:
     return _text_of(value) if _json_ok(value, 0) else _float_text(value)
 
 
+def _short(value: Any, limit: int) -> bool:
+    """True when the canonical text of ``value`` (checked, no float in it) surely has at most
+    ``limit`` characters, told without writing it: a string, or a dict of strings, integers,
+    booleans and None (a character is written as at most six: ``\\u001f``; a 64-bit integer as
+    at most twenty). False: it may not; write it to know."""
+    t = type(value)
+    if t is str:
+        return 6 * len(value) + 2 <= limit
+    if t is not dict:
+        return False
+    n = 2
+    for k, v in value.items():
+        tv = type(v)
+        if tv is str:
+            n += 6 * (len(k) + len(v)) + 6
+        elif tv is int or tv is bool or v is None:
+            n += 6 * len(k) + 24
+        else:
+            return False
+    return n <= limit
+
+
 def _canonical_size(value: Any) -> int:
     """``len(canonical(value))`` for a value already checked (:func:`check_json`, or a command's
     field checks): the ledger sizes what it has just checked, so it does not check again."""
@@ -410,7 +432,9 @@ def _result_hash(step: str, key: str, attempt: int) -> str:
     """
     if (type(step) is str and type(key) is str and type(attempt) is int
             and -_INT_LIMIT <= attempt < _INT_LIMIT):
-        digest = _sha256_text(f'{{"attempt":{attempt},"key":{_STRING(key)},"step":{_STRING(step)}}}')
+        # a key :func:`input_key` derived lately is a hex digest: written as it is, unescaped
+        quoted = f'"{key}"' if key in _KEYED else _STRING(key)
+        digest = _sha256_text(f'{{"attempt":{attempt},"key":{quoted},"step":{_STRING(step)}}}')
         if digest is not None:
             return digest
     return content_hash({"step": step, "key": key, "attempt": attempt})

@@ -21,6 +21,7 @@ from .hashing import (
     _SHA256,
     _canonical_size,
     _result_hash,
+    _short,
     _text_of,
     canonical,
     content_hash,
@@ -1287,10 +1288,11 @@ def _record_usual(state: WorkState, cmd: RecordSteps,
         if (known_id is None or known_id[0] != step or known_id[1] != w.input_key
                 or known_id[2] != number) and _result_hash(step, w.input_key, number) != rid:
             return None
-        text = _text_of(result)         # _size: a character is at most four bytes
-        if len(text) > _MAX_CHARS and (len(text) if text.isascii()
-                                        else len(text.encode("utf-8"))) > MAX_PAYLOAD_BYTES:
-            return None
+        if not _short(result, _MAX_CHARS):
+            text = _text_of(result)     # _size: a character is at most four bytes
+            if len(text) > _MAX_CHARS and (len(text) if text.isascii()
+                                            else len(text.encode("utf-8"))) > MAX_PAYLOAD_BYTES:
+                return None
         if parts is not None:           # _check_against
             for name, digest in sources.items():
                 if name in external:
