@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["command_fields", "execute", "listening", "log", "recorded", "rejected",
            "run_and_record", "run_and_record_many", "span", "step_recorded", "step_rejected",
-           "traced"]
+           "traced", "tracing"]
 
 log = logging.getLogger("outlive.ledger")
 
@@ -76,6 +76,9 @@ def _tracing() -> bool:
         return False
     return not isinstance(_otel.get_tracer_provider(),
                           (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider))
+
+
+tracing = _tracing
 
 
 _UNKNOWN = object()

@@ -170,6 +170,7 @@ class _Prepared:
 _STEP_WRITE = maker(L.StepWrite)
 _RECORD_STEPS = maker(L.RecordSteps)
 _STEP_RECORD = maker(StepRecord)
+_STEP_CALL = maker(StepCall)
 
 
 #: The type of what an ``async def`` function returns when called.
@@ -371,8 +372,8 @@ class Worker:
                     out = await out
                 return out
 
-        call = StepCall(work_id=att.work_id, attempt=att.number, token=att.token,
-                        step=name, input_key=key, persist=self.persist)
+        call = _STEP_CALL(work_id=att.work_id, attempt=att.number, token=att.token,
+                          step=name, input_key=key, persist=self.persist)
         return _Prepared(self, name, sources, key, rid, call, body, external, tuple(derived))
 
     def _remember(self, p: _Prepared, result: Any, result_id: str, restored: bool,
@@ -395,16 +396,26 @@ class Worker:
         self._remember(p, entry.result, entry.result_id, restored=True)
         return True
 
-    @_observe.traced("outlive.step",
-                    lambda self, name, *a, **kw: {"work_id": self.work_id, "step": name,
-                                                  "attempt": self.attempt.number},
-                    lambda self, result, name, *a, **kw: {"restored": self.steps[name].restored})
     async def step(self, name: str, fn: Callable[..., Any], /, **inputs: Any) -> Any:
         """Restore ``name`` if the journal holds its input key, else run ``fn(**inputs)``.
 
         The declared ``inputs`` are the whole key: a step that reads anything else makes reuse
         unsound. Inputs named like a part of the pinned version are checked against it.
         """
+        # (not ``_observe.traced``: its wrapper repacks the arguments on every step)
+        if _observe.tracing():
+            return await self._step_in_span(name, fn, inputs)
+        return await self._step(name, fn, inputs)
+
+    @_observe.traced("outlive.step",
+                    lambda self, name, *a, **kw: {"work_id": self.work_id, "step": name,
+                                                  "attempt": self.attempt.number},
+                    lambda self, result, name, *a, **kw: {"restored": self.steps[name].restored})
+    async def _step_in_span(self, name: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
+        """:meth:`step` inside its span ``outlive.step``."""
+        return await self._step(name, fn, inputs)
+
+    async def _step(self, name: str, fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
         if type(name) is not str or not name:
             text_argument(name, "name", "Worker.step")
         if not callable(fn):

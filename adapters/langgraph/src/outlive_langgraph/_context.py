@@ -84,7 +84,10 @@ async def note_wait(config: RunnableConfig, writes: Any) -> None:
 def is_special(writes: Any) -> bool:
     """Whether ``writes`` include one of LangGraph's special channels (errors, interrupts,
     resumes, scheduled tasks): never merged with a journal entry."""
-    return any(w[0] in WRITES_IDX_MAP for w in writes)
+    for w in writes:    # (a loop, not any() over a generator: this runs on every task's save)
+        if w[0] in WRITES_IDX_MAP:
+            return True
+    return False
 
 
 def owner_of(config: RunnableConfig | None) -> tuple[str, int, int] | None:

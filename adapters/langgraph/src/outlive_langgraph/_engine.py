@@ -332,7 +332,9 @@ class OutliveTask(Generic[P, T]):
             return self.step
         if sources is None:
             sources = {k: content_hash(v) for k, v in inputs.items()}
-        return f"{self.name}:{input_key(self.name, dict(sources))[:12]}"
+        elif type(sources) is not dict:
+            sources = dict(sources)
+        return f"{self.name}:{input_key(self.name, sources)[:12]}"
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
         worker = current_worker()
