@@ -199,3 +199,20 @@ async def test_a_successor_restores_exactly_what_the_journal_lookup_finds(pins: 
             want = st.lookup(name, key)
             assert w.can_restore(name, x=outlive.External(text)) is (want is not None)
             assert w._lookup(name, key) is want
+
+
+def test_an_external_input_is_a_frozen_record_however_it_is_built() -> None:
+    """``External`` fills its field directly (it is built on every adapter step): still the
+    frozen record its dataclass declares, by position or keyword, equal by value."""
+    import dataclasses
+
+    from outlive import External
+
+    e = External("terse")
+    assert e == External(value="terse") and hash(e) == hash(External("terse"))
+    assert repr(e) == "External(value='terse')" and e.value == "terse"
+    assert dataclasses.replace(e, value="long") == External("long")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.value = "long"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        External()  # type: ignore[call-arg]

@@ -85,6 +85,11 @@ class External:
 
     value: Any
 
+    def __init__(self, value: Any) -> None:
+        # what the generated ``__init__`` does through ``object.__setattr__`` (the class is
+        # frozen), at half the cost: an adapter wraps a step's external inputs on every call
+        self.__dict__["value"] = value
+
 
 @dataclass(frozen=True)
 class ResultOf:
