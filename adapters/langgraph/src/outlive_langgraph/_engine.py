@@ -272,9 +272,11 @@ class OutliveTask(Generic[P, T]):
                 # only an enclosing task's hidden from the steps run here.
                 hidden = PENDING_TASK_WRITE.set(None) if PENDING_TASK_WRITE.get() is not None \
                     else None
+                inside = INSIDE_TASK.set(True)    # ``_inline``, without its coroutine
                 try:
-                    result = await _inline(worker, step, run_fn, wrap(inputs))
+                    result = await worker.step(step, run_fn, **wrap(inputs))
                 finally:
+                    INSIDE_TASK.reset(inside)
                     if hidden is not None:
                         PENDING_TASK_WRITE.reset(hidden)
                 done = worker.steps[step]
