@@ -169,6 +169,12 @@ def off_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
     return in_thread
 
 
+def _journaled_envelope(worker: Worker, step: str, result: Any) -> dict[str, Any]:
+    """The envelope of a step ``worker`` has just run or restored (its input key as recorded)."""
+    return {_ENVELOPE: step, "key": worker.steps[step].input_key,
+            "attempt": worker.attempt.number, "result": result}
+
+
 def _envelope(call: StepCall, result: Any) -> dict[str, Any]:
     """What an ``outlive_task``'s LangGraph task returns: the step, its input key, its result."""
     return {_ENVELOPE: call.step, "key": call.input_key, "attempt": call.attempt, "result": result}
@@ -279,9 +285,7 @@ class OutliveTask(Generic[P, T]):
                     INSIDE_TASK.reset(inside)
                     if hidden is not None:
                         PENDING_TASK_WRITE.reset(hidden)
-                done = worker.steps[step]
-                made = {_ENVELOPE: step, "key": done.input_key,
-                        "attempt": worker.attempt.number, "result": result}
+                made = _journaled_envelope(worker, step, result)
                 if returned is not None:
                     returned.append(made)
                 return made
@@ -298,13 +302,8 @@ class OutliveTask(Generic[P, T]):
                     result = await _inline(worker, step, run_fn, wrap(inputs))
                 finally:
                     PENDING_TASK_WRITE.reset(token)
-            envelope: dict[str, Any]
-            if pending.value:
-                envelope = pending.value[0]
-            else:
-                done = worker.steps[step]
-                envelope = {_ENVELOPE: step, "key": done.input_key,
-                            "attempt": worker.attempt.number, "result": result}
+            envelope: dict[str, Any] = (pending.value[0] if pending.value
+                                        else _journaled_envelope(worker, step, result))
             if returned is not None:
                 returned.append(envelope)
             return envelope
