@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .ledger import Command, Outcome
 
 __all__ = ["command_fields", "execute", "listening", "log", "recorded", "rejected",
-           "run_and_record", "run_and_record_many", "span", "step_recorded", "step_rejected",
+           "run_and_record_many", "span", "step_recorded", "step_rejected",
            "traced", "tracing"]
 
 log = logging.getLogger("outlive.ledger")
@@ -61,7 +61,7 @@ def _text(fields: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
-def _tracing() -> bool:
+def tracing() -> bool:
     """Whether spans can record: an SDK's tracer provider is installed. Until then the API's
     provider is a proxy whose spans record nothing, and outlive skips them (a step opens two).
 
@@ -77,8 +77,6 @@ def _tracing() -> bool:
     return not isinstance(_otel.get_tracer_provider(),
                           (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider))
 
-
-tracing = _tracing
 
 
 _UNKNOWN = object()
@@ -102,7 +100,7 @@ def _event(name: str, fields: Mapping[str, Any]) -> None:
 
 def recorded(work_id: str, command: Command, outcome: Outcome) -> None:
     """Log one record write (the outcome's kind says what the ledger did)."""
-    if not (_tracing() or log.isEnabledFor(logging.INFO)):
+    if not (tracing() or log.isEnabledFor(logging.INFO)):
         return
     fields = {**command_fields(work_id, command), "outcome": outcome.kind}
     record = outcome.record
@@ -126,10 +124,8 @@ def listening() -> bool:
     """Whether a write's fields are wanted (INFO is logged, or a span records): a step's are
     built only then, since this runs on every step's path."""
     return log.isEnabledFor(logging.INFO) or (
-        _tracing() and _otel.get_current_span().is_recording())
+        tracing() and _otel.get_current_span().is_recording())
 
-
-_listening = listening
 
 
 def _step_fields(call: StepCall) -> dict[str, Any]:
@@ -158,21 +154,9 @@ async def execute(backend: Backend, work_id: str, command: Command) -> Outcome:
     return outcome
 
 
-async def run_and_record(backend: Backend, call: StepCall, fn: Callable[[], Awaitable[Any]],
-                         record: Callable[[Any], Command]) -> tuple[Any, Outcome]:
-    """A step run and journaled by the backend (maybe inside one engine invocation), logged."""
-    try:
-        result, outcome = await backend.run_and_record(call, fn, record)
-    except OutliveError as exc:
-        step_rejected(call, exc)
-        raise
-    if _listening():
-        step_recorded(call, outcome)
-    return result, outcome
-
-
 def step_rejected(call: StepCall, error: OutliveError) -> None:
-    """Log the refusal of a step's journal write (what :func:`run_and_record` logs)."""
+    """Log the refusal of a step's journal write (``Worker.step`` calls the backend's
+    ``run_and_record`` itself, one coroutine fewer on every step's path)."""
     rejected(call.work_id, "RecordSteps", error, attempt=call.attempt, token=call.token,
              step=call.step)
 
@@ -192,7 +176,7 @@ async def run_and_record_many(backend: Backend, calls: list[StepCall],
         rejected(calls[0].work_id, "RecordSteps", exc,
                  steps=[c.step for c in calls], attempt=calls[0].attempt, token=calls[0].token)
         raise
-    if _listening():
+    if listening():
         for call in calls:
             _info({**_step_fields(call), "outcome": "journaled"})
     return results
@@ -201,7 +185,7 @@ async def run_and_record_many(backend: Backend, calls: list[StepCall],
 @contextlib.contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Any]:
     """An OpenTelemetry span (or nothing without the extra); errors are recorded on it."""
-    if not _tracing():
+    if not tracing():
         yield None
         return
     with _recording_span(name, attributes) as current:
@@ -232,7 +216,7 @@ def traced(name: str, before: Callable[..., Mapping[str, Any]],
     def wrap(method: F) -> F:
         @functools.wraps(method)
         async def inner(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not _tracing():
+            if not tracing():
                 return await method(self, *args, **kwargs)
             with _recording_span(name, _attributes(before, self, *args, **kwargs)) as current:
                 result = await method(self, *args, **kwargs)

@@ -429,7 +429,7 @@ class Worker:
         if self._restore(p):
             return clone(self._results[name])
         if self.persist == "step":
-            # ``_observe.run_and_record``, inline: one coroutine fewer on every step's path
+            # logged here, around the backend's own call: one coroutine fewer a step
             try:
                 result, out = await self.backend.run_and_record(p.call, p.body, p.record)
             except OutliveError as exc:

@@ -300,12 +300,11 @@ class LangGraphBackend(Backend):
         return None
 
     async def defer_node_entry(self, config: RunnableConfig,
-                               run: Callable[[Callable[[Any], None] | None],
-                                             Coroutine[Any, Any, Any]]) -> Any:
+                               run: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         """Run an :func:`~outlive_langgraph.outlive_node`'s step; its journal entry rides the
         attempt's next fenced write.
 
-        ``run(finished)`` runs the step. Where it is safe - a node of a root graph, checkpointed
+        ``run()`` runs the step. Where it is safe - a node of a root graph, checkpointed
         by this backend's saver, under ``durability="sync"`` (or ``"async"``) - the step's entry
         is queued (:meth:`entry_queue`, as a :func:`~outlive_langgraph.node_step`'s) instead of
         committed, and the node returns its update at once: the attempt's next fenced write (the
@@ -317,10 +316,10 @@ class LangGraphBackend(Backend):
         """
         if self._entry_saver() is None \
                 or NS_SEP in str((config.get("configurable") or {}).get("checkpoint_ns", NS_SEP)):
-            return await run(None)
+            return await run()
         token = IN_NODE.set(config)   # Worker.step asks entry_queue whether it may queue
         try:
-            return await run(None)
+            return await run()
         finally:
             IN_NODE.reset(token)
 

@@ -483,12 +483,9 @@ def outlive_node(fn: Any = None, /, *, name: str | None = None,
             declared = {"state": state}
         declared = {k: External(v) if k in outside else v for k, v in declared.items()}
 
-        def step_run(finished: Callable[[Any], None] | None) -> Coroutine[Any, Any, Any]:
+        def step_run() -> Coroutine[Any, Any, Any]:
             async def body(**_: Any) -> Any:
-                out = await (call(state, config) if wants_config else call(state))
-                if finished is not None:
-                    finished(out)
-                return out
+                return await (call(state, config) if wants_config else call(state))
 
             return _inline(worker, step, body, declared)
 
@@ -496,7 +493,7 @@ def outlive_node(fn: Any = None, /, *, name: str | None = None,
         if defer is not None:
             # The journal entry may ride in the superstep's checkpoint statement (see there).
             return await defer(config, step_run)
-        return await step_run(None)
+        return await step_run()
 
     # Not functools.wraps: LangGraph reads the signature through ``__wrapped__``, and this node
     # takes ``config`` even when the user's function does not.
