@@ -7,12 +7,15 @@ module with it (seen in a CI run with two test workers, on restate-server's fabr
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
 
+from outlive._launch import Launcher, stop_process, wait_until
 from outlive._pgserver import PostgresServer
 from outlive.errors import BackendUnavailable
 from outlive_restate.server import RestateServer
@@ -60,3 +63,51 @@ def test_the_restate_server_starts_on_new_ports_when_its_port_was_taken() -> Non
     with squatting(taken), srv:
         assert srv.fabric_port != taken
         assert httpx.get(f"{srv.admin}/health", timeout=5).status_code == 200
+
+
+class _PanicsOnce(Launcher):
+    """A launcher whose first start is a real process that logs a bind error above a long trace
+    and exits (as the Temporal dev server's Go panic does); the next one starts."""
+
+    name = "panics"
+
+    def __init__(self) -> None:
+        super().__init__(ready_timeout=30)
+        self.starts = 0
+        self.repicked = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return "memory://"
+
+    def _once(self) -> None:
+        self.starts += 1
+        code = ("print('listen tcp 127.0.0.1:1: bind: address already in use'); "
+                "[print(f'goroutine frame {i}') for i in range(60)]; raise SystemExit(2)"
+                if self.starts == 1 else "import time; time.sleep(30)")
+        self.proc = self.spawn([sys.executable, "-c", code])
+        wait_until(lambda: self.starts > 1, what=self.name, timeout=self.ready_timeout,
+                   proc=self.proc, log=self.log_tail)
+
+    def start(self) -> _PanicsOnce:
+        self._on_free_ports(self._once, self._repick)
+        return self
+
+    def _repick(self) -> None:
+        self.repicked += 1
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def test_a_port_taken_is_told_from_the_whole_log_of_the_start_not_its_tail() -> None:
+    """The error carries the log's last 30 lines, which a long trace pushes the bind error out
+    of: the launcher reads what the failed start logged (a CI run's Temporal dev server exited
+    so, and was not started again)."""
+    srv = _PanicsOnce()
+    try:
+        with srv:
+            assert (srv.starts, srv.repicked) == (2, 1)
+    finally:
+        srv.cleanup()

@@ -56,8 +56,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 PORT_TRIES = 3
 
 
-def port_taken(exc: BaseException) -> bool:
-    """Whether a server's start failed on a port taken meanwhile (its log tail says so)."""
+def port_taken(exc: BaseException | str) -> bool:
+    """Whether a server's start failed on a port taken meanwhile (the error, or what the server
+    logged during that start, says so)."""
     text = str(exc).lower()
     return "address already in use" in text or "address in use" in text
 
@@ -206,10 +207,14 @@ class Launcher(abc.ABC):
         since it was picked free, ``repick()`` and start again, up to :data:`PORT_TRIES` times -
         at the first start only: a restarted server keeps the address its clients were given."""
         for tries in range(1, PORT_TRIES + 1):
+            logged = self._log_sizes()
             try:
                 out = start()
             except Exception as exc:
-                if self._served or not port_taken(exc) or tries == PORT_TRIES:
+                # the whole of this start's log, not the error's tail: a Go server's panic puts
+                # the bind error above a stack trace longer than the tail
+                if self._served or tries == PORT_TRIES \
+                        or not (port_taken(exc) or port_taken(self._logged_since(logged))):
                     raise
                 repick()
                 continue
@@ -240,6 +245,19 @@ class Launcher(abc.ABC):
                                     stdin=subprocess.DEVNULL, env=env, **popen)
         guard(proc)
         return proc
+
+    def _log_sizes(self) -> dict[Path, int]:
+        """How much each log in ``base_dir`` holds now (see :meth:`_logged_since`)."""
+        return {p: p.stat().st_size for p in self.base_dir.glob("*.log")}
+
+    def _logged_since(self, sizes: dict[Path, int]) -> str:
+        """What the logs in ``base_dir`` gained since ``sizes`` (:meth:`_log_sizes`)."""
+        out = []
+        for path in sorted(self.base_dir.glob("*.log")):
+            with open(path, "rb") as f:
+                f.seek(sizes.get(path, 0))
+                out.append(f.read().decode(errors="replace"))
+        return "\n".join(out)
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of every log in ``base_dir`` (for error messages)."""
